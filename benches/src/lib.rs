@@ -1,0 +1,1 @@
+//! Benchmarks for Weir (see benches/).

@@ -1,0 +1,2 @@
+//! `weir`: a kcat-like command-line tool.
+fn main() {}

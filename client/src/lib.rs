@@ -1,0 +1,1 @@
+//! Async pure-Rust Kafka client.

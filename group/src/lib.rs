@@ -1,0 +1,1 @@
+//! Consumer-group membership and assignors.

@@ -1,0 +1,1 @@
+//! Kafka wire protocol for Weir.

@@ -1,0 +1,1 @@
+//! fjall-backed state stores.

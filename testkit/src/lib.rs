@@ -1,0 +1,1 @@
+//! In-process Kafka cluster for tests.
