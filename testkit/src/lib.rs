@@ -1,1 +1,3 @@
 //! In-process Kafka cluster for tests.
+
+pub mod coordinator;
