@@ -1,0 +1,319 @@
+//! Splitting a records buffer into batches and decoding their records.
+//!
+//! Nothing here allocates from a count read off the wire without first
+//! checking it against the bytes that could hold it: a record takes at least
+//! 7 bytes (length, attributes, timestamp delta, offset delta, key length,
+//! value length, header count) and a header at least 2 (key length, value
+//! length).
+
+use bytes::Bytes;
+
+use super::compression;
+use super::cursor::Cursor;
+use super::header::{
+    BatchHeader, Compression, LOG_OVERHEAD, MAGIC_OFFSET, MAGIC_V2, TimestampType,
+    peek_base_offset, peek_batch_length, verify_crc,
+};
+use super::record::{Record, RecordBatch, RecordHeader};
+use crate::{ProtocolError, Result};
+
+/// Smallest encoded record: seven one-byte fields.
+const MIN_RECORD_LEN: usize = 7;
+/// Smallest record body (after the length prefix).
+const MIN_RECORD_BODY_LEN: usize = MIN_RECORD_LEN - 1;
+/// Smallest encoded record header: key length and value length.
+const MIN_HEADER_LEN: usize = 2;
+
+/// How to decode record batches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DecodeOptions {
+    /// Check each batch's CRC-32C (default `true`). Only skip it for data
+    /// that was already verified, such as a broker's own log.
+    pub verify_crc: bool,
+    /// The most bytes one batch's records may decompress to (default
+    /// 256 MiB). A batch beyond it fails with [`ProtocolError::Compression`].
+    pub max_decompressed_bytes: usize,
+}
+
+impl Default for DecodeOptions {
+    fn default() -> Self {
+        Self {
+            verify_crc: true,
+            max_decompressed_bytes: 256 << 20,
+        }
+    }
+}
+
+/// The complete batches of a buffer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DecodedBatches {
+    /// Every complete batch, in order.
+    pub batches: Vec<RecordBatch>,
+    /// Whether the buffer ended with part of a batch. A Fetch response may
+    /// cut its last batch short; the consumer fetches it again from
+    /// the next offset. If this is set and `batches` is empty, the fetch
+    /// size is smaller than one batch.
+    pub truncated_tail: bool,
+}
+
+/// What the start of a buffer holds.
+enum Next {
+    /// A complete batch of this many bytes.
+    Batch(BatchHeader, usize),
+    /// The start of a batch that the buffer does not hold all of.
+    Partial,
+    /// Nothing.
+    End,
+}
+
+fn next_batch(rest: &[u8]) -> Result<Next> {
+    if rest.is_empty() {
+        return Ok(Next::End);
+    }
+    let (Some(base_offset), Some(batch_length)) = (peek_base_offset(rest), peek_batch_length(rest))
+    else {
+        return Ok(Next::Partial);
+    };
+    // Check the magic as soon as it is there, so that a legacy message set
+    // or garbage is reported as such rather than as a short tail.
+    if let Some(&magic) = rest.get(MAGIC_OFFSET)
+        && magic as i8 != MAGIC_V2
+    {
+        return Err(ProtocolError::UnsupportedMagic {
+            base_offset,
+            magic: magic as i8,
+        });
+    }
+    let min = (BatchHeader::LEN - LOG_OVERHEAD) as i32;
+    if batch_length < min {
+        return Err(ProtocolError::InvalidBatch {
+            base_offset,
+            message: format!("batch length {batch_length} is less than the header's {min}"),
+        });
+    }
+    let total = LOG_OVERHEAD + batch_length as usize;
+    let Some(batch) = rest.get(..total) else {
+        return Ok(Next::Partial);
+    };
+    Ok(Next::Batch(BatchHeader::parse(batch)?, total))
+}
+
+/// Splits `buf` into complete batches, checking each header and CRC but not
+/// decoding records: what a broker stores on Produce.
+///
+/// The returned [`Bytes`] are zero-copy slices of `buf`, each one whole
+/// batch ([`BatchHeader::total_len`] bytes).
+///
+/// # Errors
+/// Unlike [`decode_batches`], a partial batch at the end is an error
+/// ([`ProtocolError::Truncated`]): producers only send whole batches. A bad
+/// header or CRC is the error [`BatchHeader::parse`] or
+/// [`ProtocolError::CrcMismatch`] describes.
+pub fn split_batches(buf: &Bytes) -> Result<Vec<(BatchHeader, Bytes)>> {
+    let mut out = Vec::new();
+    let mut pos = 0;
+    loop {
+        let rest = buf.get(pos..).unwrap_or_default();
+        match next_batch(rest)? {
+            Next::End => return Ok(out),
+            Next::Partial => {
+                let needed = match peek_batch_length(rest) {
+                    Some(len) => LOG_OVERHEAD.saturating_add(usize::try_from(len).unwrap_or(0)),
+                    None => LOG_OVERHEAD,
+                };
+                return Err(ProtocolError::Truncated {
+                    what: "record batch",
+                    needed,
+                    available: rest.len(),
+                });
+            }
+            Next::Batch(header, len) => {
+                let batch = buf.slice(pos..pos + len);
+                verify_crc(&header, &batch)?;
+                out.push((header, batch));
+                pos += len;
+            }
+        }
+    }
+}
+
+/// Decodes every complete batch in `buf`, as found in a Fetch response's
+/// records field or a Produce request's.
+///
+/// Keys, values and header values of uncompressed batches are zero-copy
+/// slices of `buf`; those of compressed batches share one buffer per batch.
+///
+/// # Errors
+/// Any complete batch that is corrupt fails the whole call with a typed
+/// [`ProtocolError`]; a partial batch at the end only sets
+/// [`DecodedBatches::truncated_tail`].
+pub fn decode_batches(buf: &Bytes, opts: &DecodeOptions) -> Result<DecodedBatches> {
+    let mut batches = Vec::new();
+    let mut pos = 0;
+    loop {
+        let rest = buf.get(pos..).unwrap_or_default();
+        match next_batch(rest)? {
+            Next::End => {
+                return Ok(DecodedBatches {
+                    batches,
+                    truncated_tail: false,
+                });
+            }
+            Next::Partial => {
+                return Ok(DecodedBatches {
+                    batches,
+                    truncated_tail: true,
+                });
+            }
+            Next::Batch(header, len) => {
+                let batch = buf.slice(pos..pos + len);
+                batches.push(decode_one(header, &batch, opts)?);
+                pos += len;
+            }
+        }
+    }
+}
+
+/// Decodes one complete batch (exactly [`BatchHeader::total_len`] bytes, such
+/// as an element of [`split_batches`]).
+///
+/// # Errors
+/// As [`decode_batches`]; also [`ProtocolError::InvalidBatch`] if `batch`
+/// is longer or shorter than its header says.
+pub fn decode_batch(batch: &Bytes, opts: &DecodeOptions) -> Result<RecordBatch> {
+    let header = BatchHeader::parse(batch)?;
+    if header.total_len() != batch.len() {
+        return Err(ProtocolError::InvalidBatch {
+            base_offset: header.base_offset,
+            message: format!(
+                "batch header says {} bytes, buffer holds {}",
+                header.total_len(),
+                batch.len()
+            ),
+        });
+    }
+    decode_one(header, batch, opts)
+}
+
+fn decode_one(header: BatchHeader, batch: &Bytes, opts: &DecodeOptions) -> Result<RecordBatch> {
+    if opts.verify_crc {
+        verify_crc(&header, batch)?;
+    }
+    let body = batch.slice(BatchHeader::LEN..);
+    let data = match header.compression()? {
+        Compression::None => body,
+        // A compacted batch may hold no records at all, and no codec frame.
+        _ if body.is_empty() && header.record_count == 0 => body,
+        codec => Bytes::from(compression::decompress(
+            codec,
+            &body,
+            opts.max_decompressed_bytes,
+        )?),
+    };
+    let records = decode_records(&header, &data)?;
+    Ok(RecordBatch { header, records })
+}
+
+fn decode_records(header: &BatchHeader, data: &Bytes) -> Result<Vec<Record>> {
+    let mut cursor = Cursor::new(data, header.base_offset);
+    let count = usize::try_from(header.record_count).unwrap_or(0);
+    if count > cursor.remaining() / MIN_RECORD_LEN {
+        return Err(ProtocolError::CountOutOfBounds {
+            what: "record count",
+            count: i64::from(header.record_count),
+            available: cursor.remaining(),
+        });
+    }
+    let mut records = Vec::with_capacity(count);
+    let mut previous_delta: i64 = -1;
+    for _ in 0..count {
+        let record = decode_record(header, &mut cursor, &mut previous_delta)?;
+        records.push(record);
+    }
+    if cursor.remaining() != 0 {
+        return Err(cursor.invalid(format!(
+            "{} bytes left after the {count} records the header announces",
+            cursor.remaining()
+        )));
+    }
+    Ok(records)
+}
+
+fn decode_record(
+    header: &BatchHeader,
+    cursor: &mut Cursor<'_>,
+    previous_delta: &mut i64,
+) -> Result<Record> {
+    let len = cursor.varint("record length")?;
+    let len = cursor.check_len(len, "record length")?;
+    if len < MIN_RECORD_BODY_LEN {
+        return Err(cursor.invalid(format!(
+            "record length {len} is less than the minimum {MIN_RECORD_BODY_LEN}"
+        )));
+    }
+    let mut rec = cursor.sub(len, "record")?;
+    let _attributes = rec.i8("record attributes")?; // unused by every Kafka version so far
+    let timestamp_delta = rec.varlong("record timestamp delta")?;
+    let offset_delta = i64::from(rec.varint("record offset delta")?);
+    // Offsets only grow inside a batch, and never past the header's last
+    // offset: otherwise two batches could claim the same offset.
+    if offset_delta <= *previous_delta || offset_delta > i64::from(header.last_offset_delta) {
+        return Err(rec.invalid(format!(
+            "record offset delta {offset_delta} after {previous_delta} (last offset delta {})",
+            header.last_offset_delta
+        )));
+    }
+    *previous_delta = offset_delta;
+    let key = rec.nullable_bytes("record key")?;
+    let value = rec.nullable_bytes("record value")?;
+    let header_count = rec.varint("record header count")?;
+    if header_count < 0 {
+        return Err(rec.invalid(format!("negative record header count {header_count}")));
+    }
+    let available = rec.remaining();
+    let header_count = header_count as usize;
+    if header_count > available / MIN_HEADER_LEN {
+        return Err(ProtocolError::CountOutOfBounds {
+            what: "record header count",
+            count: header_count as i64,
+            available,
+        });
+    }
+    let mut headers = Vec::with_capacity(header_count);
+    for _ in 0..header_count {
+        let key_len = rec.varint("record header key length")?;
+        if key_len < 0 {
+            return Err(rec.invalid(format!(
+                "record header key length {key_len}: keys can't be null"
+            )));
+        }
+        let key_len = rec.check_len(key_len, "record header key length")?;
+        let key = rec.take(key_len, "record header key")?;
+        let key = String::from_utf8(key.to_vec())
+            .map_err(|e| rec.invalid(format!("record header key is not UTF-8: {e}")))?;
+        let value = rec.nullable_bytes("record header value")?;
+        headers.push(RecordHeader { key, value });
+    }
+    if rec.remaining() != 0 {
+        return Err(rec.invalid(format!(
+            "{} bytes left inside a record of {len} bytes",
+            rec.remaining()
+        )));
+    }
+    let offset = header
+        .base_offset
+        .checked_add(offset_delta)
+        .ok_or_else(|| rec.invalid(format!("base offset + delta {offset_delta} overflows")))?;
+    let timestamp = match header.timestamp_type() {
+        // The broker stamps only the header; every record takes its time.
+        TimestampType::LogAppendTime => header.max_timestamp,
+        TimestampType::CreateTime => header.base_timestamp.wrapping_add(timestamp_delta),
+    };
+    Ok(Record {
+        offset,
+        timestamp,
+        key,
+        value,
+        headers,
+    })
+}
