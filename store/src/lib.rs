@@ -1,1 +1,44 @@
-//! fjall-backed state stores.
+//! fjall-backed state stores whose contents always equal their last commit.
+//!
+//! - One fjall database per task, under `<state.dir>/<application.id>/<task id>/`,
+//!   locked exclusively ([`StateDirectory`], [`TaskDirLock`]).
+//! - Key-value stores ([`KeyValueStore`]) and segmented window stores
+//!   ([`WindowStore`]), each with a typed layer over a small [`Serde`] trait.
+//! - Writes are staged per task and made durable by [`TaskStore::commit`],
+//!   together with the changelog offsets, in one atomic batch. There is no
+//!   checkpoint file: after any crash, [`TaskStore::open`] yields exactly the
+//!   last commit and its offsets, and a store whose offsets are unknown says so
+//!   ([`CommittedOffset::Unknown`]).
+//! - Restore ([`ChangelogRestorer`]) ingests sorted runs into an empty store and
+//!   applies atomic batches otherwise.
+//!
+//! fjall is synchronous; call this crate from a blocking thread.
+
+mod codec;
+mod directory;
+mod error;
+mod kv;
+mod merge;
+mod meta;
+mod options;
+mod restore;
+mod sorted_run;
+mod task_store;
+mod typed;
+mod window;
+
+#[cfg(feature = "serde")]
+pub use codec::Json;
+pub use codec::Serde;
+pub use directory::{LOCK_FILE, StateDirectory, TaskDirLock};
+pub use error::{Result, StoreError};
+pub use kv::KeyValueStore;
+pub use merge::MergedEntries;
+pub use meta::{ChangelogPartition, FORMAT, Registration, StoreKind};
+pub use options::{Durability, StoreOptions};
+pub use restore::{ChangelogRecord, ChangelogRestorer, RestorePath, RestoreProgress};
+pub use task_store::{CommittedOffset, DB_DIR, TaskStore};
+pub use typed::{TypedKeyValueStore, TypedWindowStore};
+pub use window::{
+    TimeOrderedEntries, WindowEntry, WindowStore, split_window_changelog_key, window_changelog_key,
+};

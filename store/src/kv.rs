@@ -1,0 +1,223 @@
+//! The byte-level key-value store.
+
+use std::ops::Bound;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use fjall::Keyspace;
+
+use crate::error::{Result, StoreError};
+use crate::merge::MergedEntries;
+use crate::meta::StoreKind;
+use crate::task_store::{TaskInner, TaskStore};
+
+/// A key-value store of one task. Cheap to clone; all clones share the task's staging.
+#[derive(Clone)]
+pub struct KeyValueStore {
+    task: Arc<TaskInner>,
+    name: Arc<str>,
+    keyspace: Keyspace,
+    path: Arc<PathBuf>,
+}
+
+impl std::fmt::Debug for KeyValueStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KeyValueStore")
+            .field("name", &self.name)
+            .field("path", &self.path)
+            .finish_non_exhaustive()
+    }
+}
+
+impl TaskStore {
+    /// Opens the key-value store `name`, creating it if it does not exist.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::InvalidStoreName`], [`StoreError::KindMismatch`] if `name`
+    /// is a window store, or [`StoreError::Engine`].
+    pub fn key_value_store(&self, name: &str) -> Result<KeyValueStore> {
+        self.key_value_store_with_serdes(name, None)
+    }
+
+    pub(crate) fn key_value_store_with_serdes(
+        &self,
+        name: &str,
+        serdes: Option<(&str, &str)>,
+    ) -> Result<KeyValueStore> {
+        self.register(name, StoreKind::KeyValue, serdes)?;
+        let keyspace = self
+            .inner
+            .state()
+            .store(name)?
+            .keyspace
+            .clone()
+            .ok_or_else(|| StoreError::UnknownStore(name.to_owned()))?;
+        Ok(KeyValueStore {
+            task: Arc::clone(&self.inner),
+            name: Arc::from(name),
+            keyspace,
+            path: Arc::new(self.inner.path.clone()),
+        })
+    }
+}
+
+impl KeyValueStore {
+    /// The store's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The value of `key`, including this task's staged writes.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::Engine`] if fjall fails to read.
+    pub fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        let state = self.task.state();
+        if let Some(staged) = state.store(&self.name)?.staged.kv.get(key) {
+            return Ok(staged.clone());
+        }
+        drop(state);
+        let value = self
+            .keyspace
+            .get(key)
+            .map_err(self.task.engine_err("reading a key"))?;
+        Ok(value.map(|v| v.to_vec()))
+    }
+
+    /// Stages `key` = `value` until the task commits or aborts.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::UnknownStore`] if the store vanished (never in practice).
+    pub fn put(&self, key: &[u8], value: &[u8]) -> Result<()> {
+        self.stage(key, Some(value))
+    }
+
+    /// Stages the deletion of `key`.
+    ///
+    /// # Errors
+    ///
+    /// As [`KeyValueStore::put`].
+    pub fn delete(&self, key: &[u8]) -> Result<()> {
+        self.stage(key, None)
+    }
+
+    fn stage(&self, key: &[u8], value: Option<&[u8]>) -> Result<()> {
+        check_entry(&self.name, key, value)?;
+        let mut state = self.task.state();
+        state
+            .store_mut(&self.name)?
+            .staged
+            .kv
+            .insert(key.to_vec(), value.map(<[u8]>::to_vec));
+        Ok(())
+    }
+
+    /// Entries with keys in `[from, to)` bounds, in key order, including staged writes.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::UnknownStore`]; scanning errors are yielded by the iterator.
+    pub fn range(&self, from: Bound<&[u8]>, to: Bound<&[u8]>) -> Result<MergedEntries> {
+        let from = from.map(<[u8]>::to_vec);
+        let to = to.map(<[u8]>::to_vec);
+        let state = self.task.state();
+        let staged: Vec<_> = state
+            .store(&self.name)?
+            .staged
+            .kv
+            .range::<Vec<u8>, _>((from.clone(), to.clone()))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        // Taken under the state lock so no commit slips between the two views.
+        let committed = self.keyspace.range::<Vec<u8>, _>((from, to));
+        drop(state);
+        Ok(MergedEntries::new(
+            staged,
+            committed,
+            Arc::clone(&self.path),
+        ))
+    }
+
+    /// Entries whose key starts with `prefix`, in key order.
+    ///
+    /// # Errors
+    ///
+    /// As [`KeyValueStore::range`].
+    pub fn prefix(&self, prefix: &[u8]) -> Result<MergedEntries> {
+        let end = prefix_end(prefix);
+        let to = match &end {
+            Some(end) => Bound::Excluded(end.as_slice()),
+            None => Bound::Unbounded,
+        };
+        self.range(Bound::Included(prefix), to)
+    }
+
+    /// All entries in key order.
+    ///
+    /// # Errors
+    ///
+    /// As [`KeyValueStore::range`].
+    pub fn iter(&self) -> Result<MergedEntries> {
+        self.range(Bound::Unbounded, Bound::Unbounded)
+    }
+
+    /// An estimate of the number of keys: committed entries as fjall counts them
+    /// (overwrites and deletes not yet compacted away make it inexact) plus staged puts.
+    pub fn approximate_count(&self) -> u64 {
+        let staged = self
+            .task
+            .state()
+            .store(&self.name)
+            .map(|s| s.staged.kv.values().filter(|v| v.is_some()).count())
+            .unwrap_or(0);
+        (self.keyspace.approximate_len() as u64).saturating_add(staged as u64)
+    }
+}
+
+/// Rejects what fjall would panic on (it asserts key and value sizes).
+pub(crate) fn check_entry(store: &str, key: &[u8], value: Option<&[u8]>) -> Result<()> {
+    let reason = if key.is_empty() {
+        Some("empty keys cannot be stored".to_owned())
+    } else if key.len() > usize::from(u16::MAX) {
+        Some(format!("key of {} bytes exceeds 65535", key.len()))
+    } else if value.is_some_and(|v| u32::try_from(v.len()).is_err()) {
+        Some("value of 4 GiB or more".to_owned())
+    } else {
+        None
+    };
+    match reason {
+        Some(reason) => Err(StoreError::InvalidEntry {
+            store: store.to_owned(),
+            reason,
+        }),
+        None => Ok(()),
+    }
+}
+
+/// The smallest key greater than every key starting with `prefix`, if any.
+fn prefix_end(prefix: &[u8]) -> Option<Vec<u8>> {
+    let mut end = prefix.to_vec();
+    while let Some(last) = end.pop() {
+        if last != u8::MAX {
+            end.push(last + 1);
+            return Some(end);
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::prefix_end;
+
+    #[test]
+    fn prefix_end_skips_trailing_max_bytes() {
+        assert_eq!(prefix_end(b"ab"), Some(b"ac".to_vec()));
+        assert_eq!(prefix_end(&[1, 255, 255]), Some(vec![2]));
+        assert_eq!(prefix_end(&[255]), None);
+        assert_eq!(prefix_end(b""), None);
+    }
+}

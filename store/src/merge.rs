@@ -1,0 +1,86 @@
+//! Merging a task's staged writes over the committed contents of a keyspace,
+//! so that range reads see the task's own uncommitted writes.
+
+use std::cmp::Ordering;
+use std::iter::Peekable;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use crate::error::{Result, StoreError};
+
+/// A staged write: the key and its new value, `None` for a delete.
+pub(crate) type StagedEntry = (Vec<u8>, Option<Vec<u8>>);
+
+/// Committed entries (from fjall) overlaid with staged ones, in key order.
+/// Staged entries win over committed ones with the same key; staged deletes hide them.
+pub struct MergedEntries {
+    staged: Peekable<std::vec::IntoIter<StagedEntry>>,
+    committed: fjall::Iter,
+    head: Option<(Vec<u8>, Vec<u8>)>,
+    path: Arc<PathBuf>,
+    failed: bool,
+}
+
+impl std::fmt::Debug for MergedEntries {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MergedEntries")
+            .field("path", &self.path)
+            .finish_non_exhaustive()
+    }
+}
+
+impl MergedEntries {
+    pub(crate) fn new(
+        staged: Vec<StagedEntry>,
+        committed: fjall::Iter,
+        path: Arc<PathBuf>,
+    ) -> Self {
+        Self {
+            staged: staged.into_iter().peekable(),
+            committed,
+            head: None,
+            path,
+            failed: false,
+        }
+    }
+}
+
+impl Iterator for MergedEntries {
+    type Item = Result<(Vec<u8>, Vec<u8>)>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.failed {
+            return None;
+        }
+        loop {
+            if self.head.is_none() {
+                match self.committed.next().map(|g| g.into_inner()) {
+                    None => {}
+                    Some(Ok((k, v))) => self.head = Some((k.to_vec(), v.to_vec())),
+                    Some(Err(e)) => {
+                        self.failed = true;
+                        return Some(Err(StoreError::engine(self.path.as_ref(), "scanning", e)));
+                    }
+                }
+            }
+            let order = match (self.staged.peek(), &self.head) {
+                (None, None) => return None,
+                (None, Some(_)) => Ordering::Greater,
+                (Some(_), None) => Ordering::Less,
+                (Some((sk, _)), Some((ck, _))) => sk.cmp(ck),
+            };
+            match order {
+                Ordering::Greater => return self.head.take().map(Ok),
+                Ordering::Equal | Ordering::Less => {
+                    if order == Ordering::Equal {
+                        // The staged write replaces (or deletes) the committed entry.
+                        self.head = None;
+                    }
+                    if let Some((k, Some(v))) = self.staged.next() {
+                        return Some(Ok((k, v)));
+                    }
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,469 @@
+//! Restoring a store from its changelog, for active tasks, standbys and warmups alike.
+//!
+//! Two paths, both pipelined over two threads (the caller's thread prepares the
+//! next batch or run while a worker thread writes the previous one):
+//!
+//! - **Sorted runs**, for a key-value store that is empty when the restore starts.
+//!   Records arrive in offset order, not key order, and may not fit in memory, so
+//!   they are cut into runs of [`StoreOptions::restore_run_bytes`], each sorted
+//!   and de-duplicated (last write per key wins) and handed to fjall's bulk
+//!   ingestion as one new sorted run of tables. A later run shadows earlier ones,
+//!   exactly as later changelog records do, and fjall's compaction merges them.
+//!   Ingested runs are not part of a write batch, so a marker in the metadata
+//!   says "contents are not a commit" until the final offsets are committed; if
+//!   the process dies first, `open` empties the store and reports its offset as
+//!   unknown (see `TaskStore::open`).
+//! - **Atomic batches**, for everything else (catch-up of a non-empty store,
+//!   standbys, window stores): puts and tombstones go into fjall write batches of
+//!   [`StoreOptions::restore_batch_bytes`], each carrying the offset it reaches,
+//!   so every crash leaves a consistent prefix of the changelog.
+//!
+//! [`StoreOptions::restore_run_bytes`]: crate::StoreOptions::restore_run_bytes
+//! [`StoreOptions::restore_batch_bytes`]: crate::StoreOptions::restore_batch_bytes
+
+use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
+use std::thread::JoinHandle;
+
+use fjall::{Keyspace, OwnedWriteBatch, PersistMode};
+
+use crate::error::{Result, StoreError};
+use crate::kv::check_entry;
+use crate::meta::{self, ChangelogPartition, StoreKind};
+use crate::sorted_run::{RunBuilder, SortedRun};
+use crate::task_store::{TaskStore, segment_keyspace_name};
+use crate::window::{encode_segment_key, is_live, segment_of, split_window_changelog_key};
+
+/// One changelog record: a put, or a tombstone when `value` is `None`.
+#[derive(Debug, Clone, Copy)]
+pub struct ChangelogRecord<'a> {
+    /// The record's offset in the changelog partition.
+    pub offset: i64,
+    /// The record key (for window stores, a [`window_changelog_key`](crate::window_changelog_key)).
+    pub key: &'a [u8],
+    /// The value, or `None` for a tombstone.
+    pub value: Option<&'a [u8]>,
+}
+
+/// How far a restore got.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RestoreProgress {
+    /// Records applied so far by this restorer.
+    pub records: u64,
+    /// Key and value bytes applied so far.
+    pub bytes: u64,
+    /// The offset after the last record applied (where the restore resumes).
+    pub next_offset: Option<i64>,
+    /// The changelog end offset the restore is heading for.
+    pub end_offset: i64,
+}
+
+impl RestoreProgress {
+    /// Records still to restore, if the position is known.
+    pub fn remaining(&self) -> Option<i64> {
+        self.next_offset.map(|next| (self.end_offset - next).max(0))
+    }
+}
+
+/// Which write path a restorer uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RestorePath {
+    /// Bulk ingestion of sorted runs (empty key-value store).
+    SortedRuns,
+    /// Atomic write batches with offsets.
+    Batches,
+}
+
+enum Job {
+    Batch {
+        batch: OwnedWriteBatch,
+        next_offset: i64,
+        stream_time: Option<i64>,
+    },
+    Run(SortedRun),
+}
+
+/// Applies changelog records to one store. Create with [`TaskStore::restorer`],
+/// feed with [`ChangelogRestorer::apply`], end with [`ChangelogRestorer::finish`].
+pub struct ChangelogRestorer {
+    task: TaskStore,
+    store: String,
+    partition: ChangelogPartition,
+    kind: StoreKind,
+    keyspace: Option<Keyspace>,
+    path: RestorePath,
+    progress: RestoreProgress,
+    batch: Option<OwnedWriteBatch>,
+    batch_bytes: usize,
+    stream_time: Option<i64>,
+    run: RunBuilder,
+    jobs: Option<SyncSender<Job>>,
+    worker: Option<JoinHandle<Result<()>>>,
+}
+
+impl std::fmt::Debug for ChangelogRestorer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ChangelogRestorer")
+            .field("store", &self.store)
+            .field("partition", &self.partition)
+            .field("path", &self.path)
+            .field("progress", &self.progress)
+            .finish_non_exhaustive()
+    }
+}
+
+impl TaskStore {
+    /// Starts restoring `store` from `partition`, heading for `end_offset`.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::UnknownStore`], [`StoreError::StagedWritesPending`] if the
+    /// store has uncommitted writes, or fjall errors.
+    pub fn restorer(
+        &self,
+        store: &str,
+        partition: ChangelogPartition,
+        end_offset: i64,
+    ) -> Result<ChangelogRestorer> {
+        let (kind, keyspace, stream_time, next_offset) = {
+            let state = self.inner.state();
+            let entry = state.store(store)?;
+            if !entry.staged.kv.is_empty() || !entry.staged.window.is_empty() {
+                return Err(StoreError::StagedWritesPending(store.to_owned()));
+            }
+            (
+                entry.registration.kind,
+                entry.keyspace.clone(),
+                entry.stream_time,
+                state.offsets.get(&partition).copied(),
+            )
+        };
+        let empty = match &keyspace {
+            Some(ks) => ks.first_key_value().is_none(),
+            None => false,
+        };
+        let path = if empty {
+            RestorePath::SortedRuns
+        } else {
+            RestorePath::Batches
+        };
+        if path == RestorePath::SortedRuns {
+            // From here until `finish` commits, the store claims nothing.
+            self.inner.write_meta_now(
+                &[(meta::restoring_key(store), Vec::new())],
+                &[meta::offset_key(&partition)],
+            )?;
+            self.inner.state().offsets.remove(&partition);
+        }
+        let (jobs, rx) = sync_channel::<Job>(1);
+        let worker_task = self.clone();
+        let worker_store = store.to_owned();
+        let worker_partition = partition.clone();
+        let worker_keyspace = keyspace.clone();
+        let worker = std::thread::Builder::new()
+            .name(format!("weir-restore-{store}"))
+            .spawn(move || {
+                run_worker(
+                    &worker_task,
+                    &worker_store,
+                    &worker_partition,
+                    worker_keyspace,
+                    &rx,
+                )
+            })
+            .map_err(|e| StoreError::io(self.path(), e))?;
+        tracing::info!(store, partition = %partition, end_offset, path = ?path, "restore started");
+        Ok(ChangelogRestorer {
+            task: self.clone(),
+            store: store.to_owned(),
+            partition,
+            kind,
+            keyspace,
+            path,
+            progress: RestoreProgress {
+                records: 0,
+                bytes: 0,
+                next_offset,
+                end_offset,
+            },
+            batch: None,
+            batch_bytes: 0,
+            stream_time,
+            run: RunBuilder::default(),
+            jobs: Some(jobs),
+            worker: Some(worker),
+        })
+    }
+}
+
+impl ChangelogRestorer {
+    /// The write path chosen when the restore started.
+    pub fn path(&self) -> RestorePath {
+        self.path
+    }
+
+    /// Progress so far.
+    pub fn progress(&self) -> RestoreProgress {
+        self.progress
+    }
+
+    /// Applies records (in offset order). Memory stays bounded: full batches or
+    /// runs are handed to the worker, which holds at most one more in its queue.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::BadChangelogRecord`] for keys or values the store cannot
+    /// hold, or the worker's write error.
+    pub fn apply(&mut self, records: &[ChangelogRecord<'_>]) -> Result<()> {
+        for record in records {
+            let bad = |reason: String| StoreError::BadChangelogRecord {
+                store: self.store.clone(),
+                offset: record.offset,
+                reason,
+            };
+            let size = record.key.len() + record.value.map_or(0, <[u8]>::len);
+            match (self.path, self.kind) {
+                (RestorePath::SortedRuns, _) => {
+                    check_entry(&self.store, record.key, record.value)
+                        .map_err(|e| bad(e.to_string()))?;
+                    self.run.push(record.key, record.value);
+                    if self.run.data_bytes() >= self.task.inner.options.restore_run_bytes {
+                        let run = std::mem::take(&mut self.run).seal();
+                        self.send(Job::Run(run))?;
+                    }
+                }
+                (RestorePath::Batches, StoreKind::KeyValue) => {
+                    check_entry(&self.store, record.key, record.value)
+                        .map_err(|e| bad(e.to_string()))?;
+                    let Some(ks) = &self.keyspace else {
+                        return Err(StoreError::UnknownStore(self.store.clone()));
+                    };
+                    let batch = self.batch.get_or_insert_with(|| self.task.inner.db.batch());
+                    match record.value {
+                        Some(v) => batch.insert(ks, record.key, v),
+                        None => batch.remove(ks, record.key),
+                    }
+                }
+                (
+                    RestorePath::Batches,
+                    StoreKind::Window {
+                        retention_ms,
+                        segment_ms,
+                    },
+                ) => {
+                    let (key, window_start) = split_window_changelog_key(record.key)
+                        .ok_or_else(|| bad("window changelog key shorter than 8 bytes".into()))?;
+                    let encoded =
+                        encode_segment_key(key, window_start).map_err(|e| bad(e.to_string()))?;
+                    check_entry(&self.store, &encoded, record.value)
+                        .map_err(|e| bad(e.to_string()))?;
+                    if record.value.is_some() {
+                        self.stream_time = Some(
+                            self.stream_time
+                                .map_or(window_start, |t| t.max(window_start)),
+                        );
+                    }
+                    if is_live(window_start, retention_ms, self.stream_time) {
+                        let ks = self.segment(segment_of(window_start, segment_ms))?;
+                        let batch = self.batch.get_or_insert_with(|| self.task.inner.db.batch());
+                        match record.value {
+                            Some(v) => batch.insert(&ks, encoded, v),
+                            None => batch.remove(&ks, encoded),
+                        }
+                    }
+                }
+            }
+            self.progress.records += 1;
+            self.progress.bytes += size as u64;
+            self.progress.next_offset = Some(record.offset + 1);
+            self.batch_bytes += size;
+            if self.path == RestorePath::Batches
+                && self.batch_bytes >= self.task.inner.options.restore_batch_bytes
+            {
+                self.send_batch(None)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Writes what is buffered and commits the offset (with the configured
+    /// durability), then returns the final progress.
+    ///
+    /// # Errors
+    ///
+    /// The worker's write error, or fjall errors committing the offset.
+    pub fn finish(mut self) -> Result<RestoreProgress> {
+        match self.path {
+            RestorePath::Batches => {
+                let durability = self.task.inner.options.durability.persist_mode();
+                self.send_batch(Some(durability))?;
+                self.join()?;
+            }
+            RestorePath::SortedRuns => {
+                let run = std::mem::take(&mut self.run).seal();
+                if !run.is_empty() {
+                    self.send(Job::Run(run))?;
+                }
+                self.join()?;
+                let inner = &self.task.inner;
+                let mut batch = inner.db.batch().durability(Some(PersistMode::SyncAll));
+                if let Some(next) = self.progress.next_offset {
+                    batch.insert(
+                        &inner.meta,
+                        meta::offset_key(&self.partition),
+                        next.to_be_bytes().to_vec(),
+                    );
+                }
+                batch.remove(&inner.meta, meta::restoring_key(&self.store));
+                batch
+                    .commit()
+                    .map_err(inner.engine_err("committing restored offsets"))?;
+                if let Some(next) = self.progress.next_offset {
+                    inner.state().offsets.insert(self.partition.clone(), next);
+                }
+            }
+        }
+        tracing::info!(
+            store = %self.store,
+            partition = %self.partition,
+            records = self.progress.records,
+            bytes = self.progress.bytes,
+            next_offset = ?self.progress.next_offset,
+            end_offset = self.progress.end_offset,
+            "restore finished"
+        );
+        Ok(self.progress)
+    }
+
+    fn segment(&self, segment: i64) -> Result<Keyspace> {
+        let mut state = self.task.inner.state();
+        let entry = state.store_mut(&self.store)?;
+        if let Some(ks) = entry.segments.get(&segment) {
+            return Ok(ks.clone());
+        }
+        let ks = self
+            .task
+            .inner
+            .keyspace(&segment_keyspace_name(&self.store, segment))?;
+        entry.segments.insert(segment, ks.clone());
+        Ok(ks)
+    }
+
+    /// Adds the reached offset (and stream time) to the current batch and hands it over.
+    fn send_batch(&mut self, durability: Option<Option<PersistMode>>) -> Result<()> {
+        let Some(next_offset) = self.progress.next_offset else {
+            return Ok(());
+        };
+        let inner = &self.task.inner;
+        let mut batch = self.batch.take().unwrap_or_else(|| inner.db.batch());
+        batch.insert(
+            &inner.meta,
+            meta::offset_key(&self.partition),
+            next_offset.to_be_bytes().to_vec(),
+        );
+        if let Some(t) = self.stream_time {
+            batch.insert(
+                &inner.meta,
+                meta::stream_time_key(&self.store),
+                t.to_be_bytes().to_vec(),
+            );
+        }
+        let batch = batch.durability(durability.flatten());
+        self.batch_bytes = 0;
+        self.send(Job::Batch {
+            batch,
+            next_offset,
+            stream_time: self.stream_time,
+        })
+    }
+
+    fn send(&mut self, job: Job) -> Result<()> {
+        let sent = self.jobs.as_ref().map(|jobs| jobs.send(job).is_ok());
+        if sent == Some(true) {
+            Ok(())
+        } else {
+            // The worker stopped: its result says why.
+            self.join()?;
+            Err(self.worker_error("worker stopped"))
+        }
+    }
+
+    fn join(&mut self) -> Result<()> {
+        self.jobs = None;
+        match self.worker.take() {
+            None => Ok(()),
+            Some(handle) => match handle.join() {
+                Ok(result) => result,
+                Err(_) => Err(self.worker_error("worker panicked")),
+            },
+        }
+    }
+
+    fn worker_error(&self, reason: &str) -> StoreError {
+        StoreError::RestoreWorker {
+            store: self.store.clone(),
+            reason: reason.to_owned(),
+        }
+    }
+}
+
+impl Drop for ChangelogRestorer {
+    fn drop(&mut self) {
+        // Lets the worker finish what it was given; an unfinished sorted-run
+        // restore keeps its marker and is discarded at the next open.
+        let _ = self.join();
+    }
+}
+
+fn run_worker(
+    task: &TaskStore,
+    store: &str,
+    partition: &ChangelogPartition,
+    keyspace: Option<Keyspace>,
+    jobs: &Receiver<Job>,
+) -> Result<()> {
+    let inner = &task.inner;
+    let mut runs = 0usize;
+    while let Ok(job) = jobs.recv() {
+        match job {
+            Job::Batch {
+                batch,
+                next_offset,
+                stream_time,
+            } => {
+                batch
+                    .commit()
+                    .map_err(inner.engine_err("committing a restore batch"))?;
+                let mut state = inner.state();
+                state.offsets.insert(partition.clone(), next_offset);
+                if let (Some(t), Ok(entry)) = (stream_time, state.store_mut(store)) {
+                    entry.stream_time = Some(entry.stream_time.map_or(t, |c| c.max(t)));
+                }
+            }
+            Job::Run(run) => {
+                let Some(ks) = &keyspace else {
+                    return Err(StoreError::UnknownStore(store.to_owned()));
+                };
+                // The store was empty when the restore started, so tombstones
+                // in the first run have nothing to delete.
+                let first = runs == 0;
+                let mut ingestion = ks
+                    .start_ingestion()
+                    .map_err(inner.engine_err("starting ingestion"))?;
+                for (key, value) in run.iter() {
+                    match value {
+                        Some(v) => ingestion.write(key, v),
+                        None if first => Ok(()),
+                        None => ingestion.write_tombstone(key),
+                    }
+                    .map_err(inner.engine_err("ingesting a sorted run"))?;
+                }
+                ingestion
+                    .finish()
+                    .map_err(inner.engine_err("finishing ingestion"))?;
+                runs += 1;
+                tracing::debug!(store, runs, entries = run.len(), "ingested sorted run");
+            }
+        }
+    }
+    Ok(())
+}

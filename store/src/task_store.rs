@@ -1,0 +1,690 @@
+//! One fjall database per task: opening it safely, the per-task staging layer,
+//! and the atomic commit of staged writes together with changelog offsets.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+use fjall::{Database, Keyspace, KeyspaceCreateOptions, PersistMode};
+
+use crate::directory::{LOCK_FILE, TaskDirLock};
+use crate::error::{Result, StoreError};
+use crate::meta::{
+    self, ChangelogPartition, FORMAT, FORMAT_KEY, META_KEYSPACE, MetaEntry, Registration, StoreKind,
+};
+use crate::options::StoreOptions;
+
+/// Sub-directory of a task directory that holds the fjall database.
+pub const DB_DIR: &str = "db";
+
+/// The committed changelog offset of one partition, as far as the store knows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CommittedOffset {
+    /// The store equals the changelog up to (excluding) this offset: restore from here.
+    Known(i64),
+    /// The store has no committed offset for this partition (new, wiped, or an
+    /// interrupted bulk restore was discarded): restore from the beginning.
+    Unknown,
+}
+
+/// Writes staged by a task since its last commit or abort.
+#[derive(Debug, Default)]
+pub(crate) struct Staged {
+    /// Key-value stores: key to new value, `None` a delete.
+    pub(crate) kv: BTreeMap<Vec<u8>, Option<Vec<u8>>>,
+    /// Window stores: (segment, encoded key) to new value.
+    pub(crate) window: BTreeMap<(i64, Vec<u8>), Option<Vec<u8>>>,
+    /// Window stores: the largest window start staged.
+    pub(crate) stream_time: Option<i64>,
+}
+
+impl Staged {
+    fn is_empty(&self) -> bool {
+        self.kv.is_empty() && self.window.is_empty() && self.stream_time.is_none()
+    }
+}
+
+/// One store's state inside a task.
+pub(crate) struct StoreEntry {
+    pub(crate) registration: Registration,
+    /// The keyspace of a key-value store.
+    pub(crate) keyspace: Option<Keyspace>,
+    /// The segment keyspaces of a window store, by segment id.
+    pub(crate) segments: BTreeMap<i64, Keyspace>,
+    /// Committed stream time of a window store.
+    pub(crate) stream_time: Option<i64>,
+    pub(crate) staged: Staged,
+}
+
+impl StoreEntry {
+    /// Stream time including staged writes.
+    pub(crate) fn current_stream_time(&self) -> Option<i64> {
+        match (self.stream_time, self.staged.stream_time) {
+            (Some(a), Some(b)) => Some(a.max(b)),
+            (a, b) => a.or(b),
+        }
+    }
+}
+
+#[derive(Default)]
+pub(crate) struct TaskState {
+    pub(crate) stores: BTreeMap<String, StoreEntry>,
+    pub(crate) offsets: BTreeMap<ChangelogPartition, i64>,
+}
+
+impl TaskState {
+    pub(crate) fn store(&self, name: &str) -> Result<&StoreEntry> {
+        self.stores
+            .get(name)
+            .ok_or_else(|| StoreError::UnknownStore(name.to_owned()))
+    }
+
+    pub(crate) fn store_mut(&mut self, name: &str) -> Result<&mut StoreEntry> {
+        self.stores
+            .get_mut(name)
+            .ok_or_else(|| StoreError::UnknownStore(name.to_owned()))
+    }
+}
+
+/// What store handles share: the database and the task's staging state.
+pub(crate) struct TaskInner {
+    pub(crate) path: PathBuf,
+    pub(crate) db: Database,
+    pub(crate) meta: Keyspace,
+    pub(crate) options: StoreOptions,
+    state: Mutex<TaskState>,
+    // Declared last so it is released after the database is closed.
+    _lock: TaskDirLock,
+}
+
+impl std::fmt::Debug for TaskInner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TaskInner")
+            .field("path", &self.path)
+            .finish_non_exhaustive()
+    }
+}
+
+impl TaskInner {
+    /// The state lock. A panic while it was held cannot leave half-applied
+    /// staged writes visible on disk (only `commit` writes, in one batch), so a
+    /// poisoned lock is safe to take over.
+    pub(crate) fn state(&self) -> MutexGuard<'_, TaskState> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    pub(crate) fn engine_err(
+        &self,
+        action: &'static str,
+    ) -> impl FnOnce(fjall::Error) -> StoreError + '_ {
+        move |e| StoreError::engine(&self.path, action, e)
+    }
+
+    pub(crate) fn keyspace(&self, name: &str) -> Result<Keyspace> {
+        self.db
+            .keyspace(name, KeyspaceCreateOptions::default)
+            .map_err(self.engine_err("opening a keyspace"))
+    }
+
+    /// Writes metadata outside a commit. Only used for facts that do not change
+    /// what a store contains (registrations) or that make it claim less
+    /// (restore markers), so it can never make a store claim more than it has.
+    pub(crate) fn write_meta_now(
+        &self,
+        puts: &[(Vec<u8>, Vec<u8>)],
+        removes: &[Vec<u8>],
+    ) -> Result<()> {
+        let mut batch = self.db.batch().durability(Some(PersistMode::SyncAll));
+        for (k, v) in puts {
+            batch.insert(&self.meta, k.as_slice(), v.as_slice());
+        }
+        for k in removes {
+            batch.remove(&self.meta, k.as_slice());
+        }
+        batch.commit().map_err(self.engine_err("writing metadata"))
+    }
+}
+
+pub(crate) fn kv_keyspace_name(store: &str) -> String {
+    format!("kv.{store}")
+}
+
+pub(crate) fn segment_keyspace_name(store: &str, segment: i64) -> String {
+    format!("win.{store}.{segment}")
+}
+
+/// All state stores of one task, in one fjall database under the task directory.
+///
+/// Writes through any of its stores are staged in memory and visible to reads
+/// through the same task; [`TaskStore::commit`] makes them durable together with
+/// the changelog offsets, [`TaskStore::abort`] drops them. After any crash,
+/// [`TaskStore::open`] yields exactly the last commit.
+///
+/// # Examples
+///
+/// ```
+/// use weir_store::{ChangelogPartition, CommittedOffset, StoreOptions, TaskStore};
+/// # fn main() -> Result<(), weir_store::StoreError> {
+/// let dir = tempfile::tempdir().map_err(|e| weir_store::StoreError::InvalidArgument(e.to_string()))?;
+/// let changelog = ChangelogPartition::new("app-counts-changelog", 0);
+/// {
+///     let task = TaskStore::open(dir.path(), StoreOptions::default())?;
+///     let counts = task.key_value_store("counts")?;
+///     counts.put(b"a", b"1")?;
+///     assert_eq!(counts.get(b"a")?, Some(b"1".to_vec())); // staged writes are visible
+///     task.commit(&[(changelog.clone(), 1)])?;
+///     counts.put(b"b", b"2")?; // staged, never committed
+/// }
+/// let task = TaskStore::open(dir.path(), StoreOptions::default())?;
+/// let counts = task.key_value_store("counts")?;
+/// assert_eq!(counts.get(b"b")?, None);
+/// assert_eq!(task.committed_offset(&changelog), CommittedOffset::Known(1));
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone)]
+pub struct TaskStore {
+    pub(crate) inner: Arc<TaskInner>,
+}
+
+impl TaskStore {
+    /// Locks `task_dir` and opens (or creates) its database.
+    ///
+    /// Stores whose bulk restore was interrupted are emptied and their offsets
+    /// are [`CommittedOffset::Unknown`], and window segments past retention are
+    /// dropped.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::Locked`] if another owner holds the directory,
+    /// [`StoreError::ForeignDirectory`] if it holds something other than a
+    /// weir-store database, [`StoreError::UnsupportedFormat`],
+    /// [`StoreError::CorruptMetadata`] or [`StoreError::Engine`] if the database
+    /// cannot be read.
+    pub fn open(task_dir: impl AsRef<Path>, options: StoreOptions) -> Result<Self> {
+        let task_dir = task_dir.as_ref();
+        let lock = TaskDirLock::acquire(task_dir)?;
+        let db_path = task_dir.join(DB_DIR);
+        check_not_foreign(task_dir, &db_path)?;
+
+        let db = Database::builder(&db_path)
+            .cache_size(options.cache_bytes)
+            .open()
+            .map_err(|e| StoreError::engine(task_dir, "opening the database", e))?;
+
+        let fresh = !db.keyspace_exists(META_KEYSPACE);
+        if fresh {
+            let others = db.list_keyspace_names();
+            if !others.is_empty() {
+                return Err(StoreError::ForeignDirectory {
+                    path: task_dir.to_path_buf(),
+                    reason: format!(
+                        "a fjall database without weir-store metadata ({} keyspaces)",
+                        others.len()
+                    ),
+                });
+            }
+        }
+        let meta = db
+            .keyspace(META_KEYSPACE, KeyspaceCreateOptions::default)
+            .map_err(|e| StoreError::engine(task_dir, "opening metadata", e))?;
+
+        let inner = TaskInner {
+            path: task_dir.to_path_buf(),
+            db,
+            meta,
+            options,
+            state: Mutex::new(TaskState::default()),
+            _lock: lock,
+        };
+        if fresh {
+            inner.write_meta_now(&[(FORMAT_KEY.to_vec(), FORMAT.as_bytes().to_vec())], &[])?;
+        }
+        let restoring = load_state(&inner)?;
+        let store = Self {
+            inner: Arc::new(inner),
+        };
+        store.discard_interrupted_restores(&restoring)?;
+        store.drop_expired_segments()?;
+        tracing::debug!(dir = %task_dir.display(), fresh, "opened task store");
+        Ok(store)
+    }
+
+    /// The task directory.
+    pub fn path(&self) -> &Path {
+        &self.inner.path
+    }
+
+    /// The committed offset of one changelog partition.
+    pub fn committed_offset(&self, partition: &ChangelogPartition) -> CommittedOffset {
+        match self.inner.state().offsets.get(partition) {
+            Some(offset) => CommittedOffset::Known(*offset),
+            None => CommittedOffset::Unknown,
+        }
+    }
+
+    /// All committed changelog offsets.
+    pub fn committed_offsets(&self) -> BTreeMap<ChangelogPartition, i64> {
+        self.inner.state().offsets.clone()
+    }
+
+    /// The stores registered in this task, with their kinds and serdes.
+    pub fn stores(&self) -> Vec<(String, Registration)> {
+        self.inner
+            .state()
+            .stores
+            .iter()
+            .map(|(name, entry)| (name.clone(), entry.registration.clone()))
+            .collect()
+    }
+
+    /// Whether any store has staged, uncommitted writes.
+    pub fn has_staged_writes(&self) -> bool {
+        self.inner
+            .state()
+            .stores
+            .values()
+            .any(|s| !s.staged.is_empty())
+    }
+
+    /// Applies every staged write of every store in this task, and the given
+    /// changelog offsets, in one atomic fjall batch with the configured
+    /// durability. Under exactly-once the runtime calls this only after the
+    /// Kafka transaction committed.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::Engine`] if fjall fails; the staged writes are then kept,
+    /// and the database may refuse further writes (reopen to recover the last
+    /// commit).
+    pub fn commit(&self, changelog_offsets: &[(ChangelogPartition, i64)]) -> Result<()> {
+        let inner = &self.inner;
+        let mut state = inner.state();
+        let mut batch = inner
+            .db
+            .batch()
+            .durability(inner.options.durability.persist_mode());
+        let mut writes = 0usize;
+        let mut new_segments = Vec::new();
+        for (name, entry) in &state.stores {
+            if let Some(ks) = &entry.keyspace {
+                for (key, value) in &entry.staged.kv {
+                    match value {
+                        Some(v) => batch.insert(ks, key.as_slice(), v.as_slice()),
+                        None => batch.remove(ks, key.as_slice()),
+                    }
+                }
+            }
+            for ((segment, key), value) in &entry.staged.window {
+                let ks = match entry.segments.get(segment) {
+                    Some(ks) => ks.clone(),
+                    None => {
+                        // An empty keyspace created here and orphaned by a crash
+                        // before the batch is harmless: it holds nothing.
+                        let ks = inner.keyspace(&segment_keyspace_name(name, *segment))?;
+                        new_segments.push((name.clone(), *segment, ks.clone()));
+                        ks
+                    }
+                };
+                match value {
+                    Some(v) => batch.insert(&ks, key.as_slice(), v.as_slice()),
+                    None => batch.remove(&ks, key.as_slice()),
+                }
+            }
+            if let Some(t) = entry.staged.stream_time
+                && entry.stream_time.is_none_or(|c| t > c)
+            {
+                batch.insert(
+                    &inner.meta,
+                    meta::stream_time_key(name),
+                    t.to_be_bytes().to_vec(),
+                );
+            }
+            writes += entry.staged.kv.len() + entry.staged.window.len();
+        }
+        for (partition, offset) in changelog_offsets {
+            batch.insert(
+                &inner.meta,
+                meta::offset_key(partition),
+                offset.to_be_bytes().to_vec(),
+            );
+        }
+        // THE guarantee of this crate: data and changelog offsets are written in
+        // ONE atomic batch, and nothing else ever records offsets. A crash can
+        // therefore only leave the previous commit or this one, never dirty
+        // data under offsets that claim it is clean. This is what prevents the
+        // Kafka Streams failure where a checkpoint file written over dirty local
+        // files made an aborted transaction's writes look committed
+        // (KAFKA-9891, KAFKA-14172): there is no checkpoint file to get wrong.
+        batch
+            .commit()
+            .map_err(inner.engine_err("committing staged writes and offsets"))?;
+
+        for (name, segment, ks) in new_segments {
+            if let Some(entry) = state.stores.get_mut(&name) {
+                entry.segments.insert(segment, ks);
+            }
+        }
+        for entry in state.stores.values_mut() {
+            if let Some(t) = entry.staged.stream_time {
+                entry.stream_time = Some(entry.stream_time.map_or(t, |c| c.max(t)));
+            }
+            entry.staged = Staged::default();
+        }
+        for (partition, offset) in changelog_offsets {
+            state.offsets.insert(partition.clone(), *offset);
+        }
+        drop(state);
+        tracing::debug!(dir = %inner.path.display(), writes, offsets = changelog_offsets.len(), "committed");
+        self.drop_expired_segments()
+    }
+
+    /// Discards every staged write of every store in this task.
+    pub fn abort(&self) {
+        let mut state = self.inner.state();
+        let mut discarded = 0usize;
+        for entry in state.stores.values_mut() {
+            discarded += entry.staged.kv.len() + entry.staged.window.len();
+            entry.staged = Staged::default();
+        }
+        tracing::debug!(dir = %self.inner.path.display(), discarded, "aborted staged writes");
+    }
+
+    /// Closes the database and deletes it, keeping the (released) task directory.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::InUse`] if store handles or restorers still reference the
+    /// task; [`StoreError::Io`] if deletion fails.
+    pub fn wipe(self) -> Result<()> {
+        let inner =
+            Arc::try_unwrap(self.inner).map_err(|inner| StoreError::InUse(inner.path.clone()))?;
+        let TaskInner {
+            path,
+            db,
+            meta,
+            _lock: lock,
+            ..
+        } = inner;
+        drop(meta);
+        drop(db);
+        let db_path = path.join(DB_DIR);
+        match std::fs::remove_dir_all(&db_path) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(StoreError::io(&db_path, e)),
+        }
+        tracing::info!(dir = %path.display(), "wiped task store");
+        drop(lock);
+        Ok(())
+    }
+
+    /// Registers a store or checks an existing registration.
+    pub(crate) fn register(
+        &self,
+        name: &str,
+        kind: StoreKind,
+        serdes: Option<(&str, &str)>,
+    ) -> Result<()> {
+        validate_store_name(name)?;
+        let inner = &self.inner;
+        let mut state = inner.state();
+        if let Some(entry) = state.stores.get_mut(name) {
+            if entry.registration.kind != kind {
+                return Err(StoreError::KindMismatch {
+                    store: name.to_owned(),
+                    stored: entry.registration.kind.to_string(),
+                    requested: kind.to_string(),
+                });
+            }
+            let Some((rk, rv)) = serdes else {
+                return Ok(());
+            };
+            match &entry.registration.serdes {
+                Some((sk, sv)) if sk == rk && sv == rv => return Ok(()),
+                Some((sk, sv)) => {
+                    return Err(StoreError::SerdeMismatch {
+                        store: name.to_owned(),
+                        stored_key: sk.clone(),
+                        stored_value: sv.clone(),
+                        requested_key: rk.to_owned(),
+                        requested_value: rv.to_owned(),
+                    });
+                }
+                None => {
+                    // First typed use of a store created through the byte API.
+                    let reg = Registration {
+                        kind,
+                        serdes: Some((rk.to_owned(), rv.to_owned())),
+                    };
+                    inner.write_meta_now(
+                        &[(meta::store_key(name), meta::encode_registration(&reg))],
+                        &[],
+                    )?;
+                    entry.registration = reg;
+                    return Ok(());
+                }
+            }
+        }
+        let registration = Registration {
+            kind,
+            serdes: serdes.map(|(k, v)| (k.to_owned(), v.to_owned())),
+        };
+        let keyspace = match kind {
+            StoreKind::KeyValue => Some(inner.keyspace(&kv_keyspace_name(name))?),
+            StoreKind::Window { .. } => None,
+        };
+        inner.write_meta_now(
+            &[(
+                meta::store_key(name),
+                meta::encode_registration(&registration),
+            )],
+            &[],
+        )?;
+        state.stores.insert(
+            name.to_owned(),
+            StoreEntry {
+                registration,
+                keyspace,
+                segments: BTreeMap::new(),
+                stream_time: None,
+                staged: Staged::default(),
+            },
+        );
+        Ok(())
+    }
+
+    fn discard_interrupted_restores(&self, stores: &[String]) -> Result<()> {
+        for name in stores {
+            let state = self.inner.state();
+            let entry = state.store(name)?;
+            // A bulk restore writes sorted runs that are not atomic with the
+            // offsets; its marker says the contents are not a commit. Its offset
+            // was removed when it started, so emptying the store makes it equal
+            // to "nothing committed", which is what Unknown tells the runtime.
+            if let Some(ks) = &entry.keyspace {
+                ks.clear()
+                    .map_err(self.inner.engine_err("discarding an interrupted restore"))?;
+            }
+            drop(state);
+            self.inner
+                .write_meta_now(&[], &[meta::restoring_key(name)])?;
+            tracing::warn!(dir = %self.inner.path.display(), store = %name, "discarded interrupted bulk restore; store must be restored");
+        }
+        Ok(())
+    }
+
+    /// Drops window segments whose every window is past retention relative to
+    /// the committed stream time. Invisible to readers, who filter by the same
+    /// rule, so it may happen outside a commit.
+    pub(crate) fn drop_expired_segments(&self) -> Result<()> {
+        let mut doomed = Vec::new();
+        {
+            let mut state = self.inner.state();
+            for (name, entry) in state.stores.iter_mut() {
+                let (
+                    StoreKind::Window {
+                        retention_ms,
+                        segment_ms,
+                    },
+                    Some(stream_time),
+                ) = (entry.registration.kind, entry.stream_time)
+                else {
+                    continue;
+                };
+                let expired: Vec<i64> = entry
+                    .segments
+                    .keys()
+                    .copied()
+                    .filter(|s| {
+                        crate::window::segment_expired(*s, segment_ms, retention_ms, stream_time)
+                    })
+                    .collect();
+                for segment in expired {
+                    if let Some(ks) = entry.segments.remove(&segment) {
+                        doomed.push((name.clone(), segment, ks));
+                    }
+                }
+            }
+        }
+        for (name, segment, ks) in doomed {
+            tracing::debug!(store = %name, segment, "dropping expired window segment");
+            self.inner
+                .db
+                .delete_keyspace(ks)
+                .map_err(self.inner.engine_err("dropping an expired segment"))?;
+        }
+        Ok(())
+    }
+}
+
+/// Reads all metadata into the task state; returns stores with a restore marker.
+fn load_state(inner: &TaskInner) -> Result<Vec<String>> {
+    let path = &inner.path;
+    let mut format = None;
+    let mut registrations = Vec::new();
+    let mut stream_times = BTreeMap::new();
+    let mut restoring = Vec::new();
+    let mut state = inner.state();
+    for item in inner.meta.iter() {
+        let (key, value) = item
+            .into_inner()
+            .map_err(|e| StoreError::engine(path, "reading metadata", e))?;
+        match meta::decode_entry(path, &key, &value)? {
+            MetaEntry::Format(f) => format = Some(f),
+            MetaEntry::Store(name, reg) => registrations.push((name, reg)),
+            MetaEntry::Offset(tp, offset) => {
+                state.offsets.insert(tp, offset);
+            }
+            MetaEntry::StreamTime(name, t) => {
+                stream_times.insert(name, t);
+            }
+            MetaEntry::Restoring(name) => restoring.push(name),
+        }
+    }
+    match format {
+        Some(f) if f == FORMAT.as_bytes() => {}
+        Some(f) => {
+            return Err(StoreError::UnsupportedFormat {
+                path: path.clone(),
+                found: String::from_utf8_lossy(&f).into_owned(),
+                expected: FORMAT,
+            });
+        }
+        None => {
+            return Err(StoreError::ForeignDirectory {
+                path: path.clone(),
+                reason: "metadata keyspace without a format marker".into(),
+            });
+        }
+    }
+    let names = inner.db.list_keyspace_names();
+    for (name, registration) in registrations {
+        let mut entry = StoreEntry {
+            registration: registration.clone(),
+            keyspace: None,
+            segments: BTreeMap::new(),
+            stream_time: stream_times.get(&name).copied(),
+            staged: Staged::default(),
+        };
+        match registration.kind {
+            StoreKind::KeyValue => entry.keyspace = Some(inner.keyspace(&kv_keyspace_name(&name))?),
+            StoreKind::Window { .. } => {
+                let prefix = format!("win.{name}.");
+                for ks_name in &names {
+                    let Some(segment) = ks_name
+                        .strip_prefix(prefix.as_str())
+                        .and_then(|s| s.parse::<i64>().ok())
+                    else {
+                        continue;
+                    };
+                    entry.segments.insert(segment, inner.keyspace(ks_name)?);
+                }
+            }
+        }
+        state.stores.insert(name, entry);
+    }
+    for name in &restoring {
+        if !state.stores.contains_key(name) {
+            return Err(StoreError::corrupt(
+                path,
+                format!("restore marker for unknown store {name:?}"),
+            ));
+        }
+    }
+    Ok(restoring)
+}
+
+/// Refuses directories that hold anything but our lock file and database, so a
+/// mistaken `state.dir` never turns someone else's files into a store.
+fn check_not_foreign(task_dir: &Path, db_path: &Path) -> Result<()> {
+    let entries = std::fs::read_dir(task_dir).map_err(|e| StoreError::io(task_dir, e))?;
+    for entry in entries {
+        let entry = entry.map_err(|e| StoreError::io(task_dir, e))?;
+        let name = entry.file_name();
+        if name != LOCK_FILE && name != DB_DIR {
+            return Err(StoreError::ForeignDirectory {
+                path: task_dir.to_path_buf(),
+                reason: format!("unexpected entry {:?}", name),
+            });
+        }
+    }
+    if db_path.exists() {
+        let non_empty = std::fs::read_dir(db_path)
+            .map_err(|e| StoreError::io(db_path, e))?
+            .next()
+            .is_some();
+        if non_empty && !db_path.join("version").exists() {
+            return Err(StoreError::ForeignDirectory {
+                path: task_dir.to_path_buf(),
+                reason: format!(
+                    "{} is not a fjall database (no version marker)",
+                    db_path.display()
+                ),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// Store names become keyspace names, so they are restricted to a safe alphabet.
+pub(crate) fn validate_store_name(name: &str) -> Result<()> {
+    let reason = if name.is_empty() {
+        Some("empty")
+    } else if name.len() > 200 {
+        Some("longer than 200 bytes")
+    } else if !name
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+    {
+        Some("only [A-Za-z0-9_-] are allowed")
+    } else {
+        None
+    };
+    match reason {
+        Some(reason) => Err(StoreError::InvalidStoreName {
+            name: name.to_owned(),
+            reason,
+        }),
+        None => Ok(()),
+    }
+}
