@@ -1,0 +1,74 @@
+/// The result type of this crate.
+pub type Result<T, E = GroupError> = std::result::Result<T, E>;
+
+/// Everything that can go wrong in `weir-group`.
+///
+/// Decoding errors carry the byte offset and the field being read, so a bad
+/// subscription from a foreign client can be diagnosed from the log alone.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum GroupError {
+    /// The bytes ended before a field was complete.
+    #[error(
+        "{message}: truncated while reading {field} at byte {offset} (need {needed} more bytes, {left} left)"
+    )]
+    Truncated {
+        /// Which consumer-protocol message was being decoded.
+        message: &'static str,
+        /// The field being read.
+        field: &'static str,
+        /// Byte offset of the field.
+        offset: usize,
+        /// Bytes the field needs.
+        needed: usize,
+        /// Bytes that were left.
+        left: usize,
+    },
+    /// A length or count is negative where that is not allowed, or larger than
+    /// the bytes left could possibly hold.
+    #[error("{message}: invalid count {count} for {field} at byte {offset} ({left} bytes left)")]
+    InvalidCount {
+        /// Which consumer-protocol message was being decoded.
+        message: &'static str,
+        /// The field being read.
+        field: &'static str,
+        /// Byte offset of the count.
+        offset: usize,
+        /// The count read from the wire.
+        count: i64,
+        /// Bytes that were left.
+        left: usize,
+    },
+    /// A string is not valid UTF-8.
+    #[error("{message}: {field} at byte {offset} is not valid UTF-8")]
+    InvalidUtf8 {
+        /// Which consumer-protocol message was being decoded.
+        message: &'static str,
+        /// The field being read.
+        field: &'static str,
+        /// Byte offset of the string's bytes.
+        offset: usize,
+    },
+    /// A version Weir cannot encode or decode.
+    #[error("{message} version {version} is not supported (0..=3)")]
+    UnsupportedVersion {
+        /// Which consumer-protocol message.
+        message: &'static str,
+        /// The version asked for or read.
+        version: i16,
+    },
+    /// A value does not fit the wire format (a string longer than 32767 bytes,
+    /// more than `i32::MAX` elements).
+    #[error("{message}: {field} is too large to encode ({len})")]
+    TooLarge {
+        /// Which consumer-protocol message.
+        message: &'static str,
+        /// The field.
+        field: &'static str,
+        /// Its length.
+        len: usize,
+    },
+    /// An assignor was given a configuration it cannot work with.
+    #[error("invalid assignor configuration: {0}")]
+    InvalidConfig(String),
+}

@@ -1,0 +1,230 @@
+//! Balanced placement: the sticky target for stateful actives, standbys, and
+//! stateless actives.
+//!
+//! Balance is in proportion to capacity: with `n` tasks and total capacity
+//! `C`, a client of capacity `c` gets `⌊n·c/C⌋` tasks, and the `n − Σ⌊n·c/C⌋`
+//! left over go one each to some clients. With equal capacities, counts
+//! differ by at most one.
+
+use std::cmp::Ordering;
+use std::collections::BTreeMap;
+
+use super::{ClientAssignment, TaskAssignmentInput, TaskAssignorConfig, TaskId, lag_rank};
+
+/// Capacity-proportional quotas for `n` items.
+struct Quotas<'a> {
+    floor: BTreeMap<&'a str, usize>,
+    count: BTreeMap<&'a str, usize>,
+    extra: usize,
+}
+
+impl<'a> Quotas<'a> {
+    fn new(input: &'a TaskAssignmentInput, n: usize) -> Self {
+        let total: u128 = input.clients.values().map(|c| u128::from(c.capacity)).sum();
+        let floor: BTreeMap<&str, usize> = input
+            .clients
+            .iter()
+            .map(|(id, c)| {
+                let share = (n as u128 * u128::from(c.capacity))
+                    .checked_div(total)
+                    .unwrap_or(0);
+                (id.as_str(), share as usize)
+            })
+            .collect();
+        let extra = n.saturating_sub(floor.values().sum());
+        let count = input.clients.keys().map(|id| (id.as_str(), 0)).collect();
+        Self {
+            floor,
+            count,
+            extra,
+        }
+    }
+
+    fn count(&self, id: &str) -> usize {
+        self.count.get(id).copied().unwrap_or(0)
+    }
+
+    fn has_room(&self, id: &str) -> bool {
+        let floor = self.floor.get(id).copied().unwrap_or(0);
+        let count = self.count(id);
+        count < floor || (count == floor && self.extra > 0)
+    }
+
+    /// Records one more item on `id`, spending a left-over slot if it is at
+    /// its floor.
+    fn take(&mut self, id: &'a str) {
+        let floor = self.floor.get(id).copied().unwrap_or(0);
+        let count = self.count.entry(id).or_insert(0);
+        if *count >= floor {
+            self.extra = self.extra.saturating_sub(1);
+        }
+        *count += 1;
+    }
+}
+
+/// Compares `a_count / a_capacity` with `b_count / b_capacity` exactly.
+fn cmp_load(a_count: usize, a_cap: u32, b_count: usize, b_cap: u32) -> Ordering {
+    (a_count as u128 * u128::from(b_cap)).cmp(&(b_count as u128 * u128::from(a_cap)))
+}
+
+/// The balanced, sticky target for stateful actives, before lag is
+/// considered: each client keeps its previous actives up to its quota; the
+/// rest go to a client with room, the least lagging first.
+pub(super) fn stateful_target(input: &TaskAssignmentInput) -> BTreeMap<TaskId, String> {
+    let mut quotas = Quotas::new(input, input.stateful_tasks.len());
+    let mut target: BTreeMap<TaskId, &str> = BTreeMap::new();
+
+    // Stickiness: a task stays where it runs unless its client is over quota.
+    for (id, client) in &input.clients {
+        let previous: Vec<TaskId> = client
+            .previous_active
+            .iter()
+            .filter(|t| input.stateful_tasks.contains(t) && !target.contains_key(t))
+            .copied()
+            .collect();
+        for task in previous {
+            if !quotas.has_room(id) {
+                break;
+            }
+            quotas.take(id);
+            target.insert(task, id);
+        }
+    }
+
+    let unplaced: Vec<TaskId> = input
+        .stateful_tasks
+        .iter()
+        .filter(|t| !target.contains_key(t))
+        .copied()
+        .collect();
+    for task in unplaced {
+        let best = input
+            .clients
+            .iter()
+            .filter(|(id, _)| quotas.has_room(id))
+            .min_by(|(a_id, a), (b_id, b)| {
+                lag_rank(a, &task)
+                    .cmp(&lag_rank(b, &task))
+                    .then_with(|| {
+                        cmp_load(
+                            quotas.count(a_id),
+                            a.capacity,
+                            quotas.count(b_id),
+                            b.capacity,
+                        )
+                    })
+                    .then_with(|| a_id.cmp(b_id))
+            })
+            .map(|(id, _)| id.as_str());
+        if let Some(id) = best {
+            quotas.take(id);
+            target.insert(task, id);
+        }
+    }
+    target.into_iter().map(|(t, c)| (t, c.to_owned())).collect()
+}
+
+/// Places `num_standby_replicas` standbys of every stateful task on clients
+/// that hold no copy of it, balanced by quota, the least lagging first (a
+/// previous standby has the least lag, so standbys are sticky too).
+pub(super) fn standbys(
+    input: &TaskAssignmentInput,
+    config: &TaskAssignorConfig,
+    clients: &mut BTreeMap<String, ClientAssignment>,
+) {
+    let k = config.num_standby_replicas as usize;
+    if k == 0 {
+        return;
+    }
+    let copies = |clients: &BTreeMap<String, ClientAssignment>, task: &TaskId| {
+        k.min(clients.values().filter(|c| !c.holds(task)).count())
+    };
+    let total: usize = input
+        .stateful_tasks
+        .iter()
+        .map(|t| copies(clients, t))
+        .sum();
+    let mut quotas = Quotas::new(input, total);
+    for task in &input.stateful_tasks {
+        for _ in 0..copies(clients, task) {
+            // Prevents: two copies of one task's state on one client, which
+            // would make the standby useless when that client fails.
+            let free: Vec<(&String, &super::ClientState)> = input
+                .clients
+                .iter()
+                .filter(|(id, _)| clients.get(*id).is_some_and(|c| !c.holds(task)))
+                .collect();
+            let with_room: Vec<_> = free
+                .iter()
+                .filter(|(id, _)| quotas.has_room(id))
+                .copied()
+                .collect();
+            let pick = if with_room.is_empty() {
+                free.iter()
+                    .min_by(|(a_id, a), (b_id, b)| {
+                        cmp_load(
+                            quotas.count(a_id),
+                            a.capacity,
+                            quotas.count(b_id),
+                            b.capacity,
+                        )
+                        .then_with(|| lag_rank(a, task).cmp(&lag_rank(b, task)))
+                        .then_with(|| a_id.cmp(b_id))
+                    })
+                    .map(|(id, _)| id.as_str())
+            } else {
+                with_room
+                    .iter()
+                    .min_by(|(a_id, a), (b_id, b)| {
+                        lag_rank(a, task)
+                            .cmp(&lag_rank(b, task))
+                            .then_with(|| {
+                                cmp_load(
+                                    quotas.count(a_id),
+                                    a.capacity,
+                                    quotas.count(b_id),
+                                    b.capacity,
+                                )
+                            })
+                            .then_with(|| a_id.cmp(b_id))
+                    })
+                    .map(|(id, _)| id.as_str())
+            };
+            let Some(id) = pick else { break };
+            quotas.take(id);
+            if let Some(c) = clients.get_mut(id) {
+                c.standby.insert(*task);
+            }
+        }
+    }
+}
+
+/// Spreads stateless tasks, one at a time, over the client with the lowest
+/// active load, preferring the previous owner on a tie.
+pub(super) fn stateless(
+    input: &TaskAssignmentInput,
+    clients: &mut BTreeMap<String, ClientAssignment>,
+) {
+    for task in &input.stateless_tasks {
+        let pick = input
+            .clients
+            .iter()
+            .min_by(|(a_id, a), (b_id, b)| {
+                let a_active = clients.get(*a_id).map_or(0, |c| c.active.len());
+                let b_active = clients.get(*b_id).map_or(0, |c| c.active.len());
+                cmp_load(a_active, a.capacity, b_active, b.capacity)
+                    .then_with(|| {
+                        b.previous_active
+                            .contains(task)
+                            .cmp(&a.previous_active.contains(task))
+                    })
+                    .then_with(|| a_id.cmp(b_id))
+            })
+            .map(|(id, _)| id.clone());
+        if let Some(id) = pick
+            && let Some(c) = clients.get_mut(&id)
+        {
+            c.active.insert(*task);
+        }
+    }
+}
