@@ -95,7 +95,8 @@ fn next_batch(rest: &[u8]) -> Result<Next> {
     let Some(batch) = rest.get(..total) else {
         return Ok(Next::Partial);
     };
-    Ok(Next::Batch(BatchHeader::parse(batch)?, total))
+    // Fields are validated by the caller, after the CRC if it checks one.
+    Ok(Next::Batch(BatchHeader::read(batch)?, total))
 }
 
 /// Splits `buf` into complete batches, checking each header and CRC but not
@@ -130,6 +131,7 @@ pub fn split_batches(buf: &Bytes) -> Result<Vec<(BatchHeader, Bytes)>> {
             Next::Batch(header, len) => {
                 let batch = buf.slice(pos..pos + len);
                 verify_crc(&header, &batch)?;
+                header.validate()?;
                 out.push((header, batch));
                 pos += len;
             }
@@ -181,7 +183,13 @@ pub fn decode_batches(buf: &Bytes, opts: &DecodeOptions) -> Result<DecodedBatche
 /// As [`decode_batches`]; also [`ProtocolError::InvalidBatch`] if `batch`
 /// is longer or shorter than its header says.
 pub fn decode_batch(batch: &Bytes, opts: &DecodeOptions) -> Result<RecordBatch> {
-    let header = BatchHeader::parse(batch)?;
+    let header = BatchHeader::read(batch)?;
+    if header.magic != MAGIC_V2 {
+        return Err(ProtocolError::UnsupportedMagic {
+            base_offset: header.base_offset,
+            magic: header.magic,
+        });
+    }
     if header.total_len() != batch.len() {
         return Err(ProtocolError::InvalidBatch {
             base_offset: header.base_offset,
@@ -199,6 +207,7 @@ fn decode_one(header: BatchHeader, batch: &Bytes, opts: &DecodeOptions) -> Resul
     if opts.verify_crc {
         verify_crc(&header, batch)?;
     }
+    header.validate()?;
     let body = batch.slice(BatchHeader::LEN..);
     let data = match header.compression()? {
         Compression::None => body,

@@ -207,6 +207,14 @@ impl BatchHeader {
     /// [`ProtocolError::UnsupportedMagic`] for magic other than 2, and
     /// [`ProtocolError::InvalidBatch`] for impossible field values.
     pub fn parse(buf: &[u8]) -> Result<BatchHeader> {
+        let header = Self::read(buf)?;
+        header.validate()?;
+        Ok(header)
+    }
+
+    /// Reads the fields without judging them, so that a caller can check the
+    /// CRC first and report corruption as such.
+    pub(crate) fn read(buf: &[u8]) -> Result<BatchHeader> {
         let Some(h) = buf.get(..Self::LEN) else {
             return Err(ProtocolError::Truncated {
                 what: "record batch header",
@@ -229,7 +237,6 @@ impl BatchHeader {
             base_sequence: be_i32(h, 53),
             record_count: be_i32(h, 57),
         };
-        header.validate()?;
         Ok(header)
     }
 
@@ -240,7 +247,8 @@ impl BatchHeader {
         }
     }
 
-    fn validate(&self) -> Result<()> {
+    /// Checks the fields for values no valid batch has.
+    pub(crate) fn validate(&self) -> Result<()> {
         if self.magic != MAGIC_V2 {
             return Err(ProtocolError::UnsupportedMagic {
                 base_offset: self.base_offset,
