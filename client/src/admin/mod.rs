@@ -1,0 +1,1 @@
+//! Admin operations: topics, configs, offsets, cluster and groups.

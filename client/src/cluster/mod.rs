@@ -1,0 +1,507 @@
+//! The cluster: bootstrap, metadata, leader routing, connection lanes,
+//! retries, coordinator lookup.
+//!
+//! [`Cluster`] is a cheap-to-clone handle shared by the producer, the
+//! consumer, the admin client and the group member. It does not retry on its
+//! own: [`Cluster::request`] sends one request to one broker and reports what
+//! happened; callers that want retries wrap their operation in
+//! [`Cluster::retry`], which backs off exponentially with jitter and marks the
+//! metadata stale when the error says it is.
+
+mod coordinator;
+pub mod metadata;
+mod pool;
+pub mod retry;
+
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, RwLock};
+
+use tokio::sync::Mutex as AsyncMutex;
+use tokio::time::Instant;
+use weir_protocol::ApiKey;
+use weir_protocol::kafka_protocol::messages::metadata_request::MetadataRequestTopic;
+use weir_protocol::kafka_protocol::messages::{MetadataRequest, MetadataResponse, TopicName};
+use weir_protocol::kafka_protocol::protocol::{Request, StrBytes};
+
+pub use coordinator::CoordinatorKind;
+pub use metadata::{BrokerAddress, ClusterMetadata, PartitionMetadata, TopicMetadata};
+use pool::Pool;
+pub use retry::Backoff;
+
+use crate::config::ClientConfig;
+use crate::connection::{Messenger, ThrottleTime};
+use crate::kerror::codes;
+use crate::{ClientError, Result};
+
+/// A broker's node id. Bootstrap addresses, whose ids are not known yet, get
+/// the ids -1, -2, … in the order they were given.
+pub type BrokerId = i32;
+
+/// Which connection to a broker a request travels on. Each lane is its own
+/// TCP connection, because a broker answers the requests of one connection
+/// in order: a fetch that long-polls for 500 ms must not hold up a heartbeat
+/// or a produce behind it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Lane {
+    /// Produce requests and the producer's InitProducerId.
+    Produce,
+    /// Fetch and ListOffsets for the consumer.
+    Fetch,
+    /// Group and transaction coordinator traffic: join, sync, heartbeat,
+    /// commits, AddPartitionsToTxn, EndTxn.
+    Coordinator,
+    /// Metadata, FindCoordinator and admin requests.
+    Metadata,
+}
+
+struct Inner {
+    config: ClientConfig,
+    pool: Pool,
+    metadata: RwLock<Arc<ClusterMetadata>>,
+    /// Set by [`Cluster::invalidate`]: the next metadata lookup refreshes.
+    stale: AtomicBool,
+    /// One metadata refresh at a time; waiters reuse its result.
+    refresh_lock: AsyncMutex<()>,
+    coordinators: coordinator::CoordinatorCache,
+}
+
+/// A handle on the cluster, cheap to clone.
+#[derive(Clone)]
+pub struct Cluster {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for Cluster {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Cluster")
+            .field("bootstrap", &self.inner.config.bootstrap_servers)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Cluster {
+    /// Connects to the cluster: tries the bootstrap addresses in order until
+    /// one answers a Metadata request, and learns the brokers from it.
+    ///
+    /// # Errors
+    /// [`ClientError::InvalidProperty`] for an invalid config,
+    /// [`ClientError::Bootstrap`] if no bootstrap address answers.
+    pub async fn connect(config: ClientConfig) -> Result<Cluster> {
+        config.validate()?;
+        let options = config.connect_options()?;
+        let cluster = Cluster {
+            inner: Arc::new(Inner {
+                pool: Pool::new(options),
+                config,
+                metadata: RwLock::new(Arc::new(ClusterMetadata::default())),
+                stale: AtomicBool::new(false),
+                refresh_lock: AsyncMutex::new(()),
+                coordinators: coordinator::CoordinatorCache::default(),
+            }),
+        };
+        cluster.refresh_metadata(&[]).await?;
+        Ok(cluster)
+    }
+
+    /// The configuration this cluster was built from.
+    pub fn config(&self) -> &ClientConfig {
+        &self.inner.config
+    }
+
+    /// The metadata as last fetched, without any I/O.
+    pub fn cached_metadata(&self) -> Arc<ClusterMetadata> {
+        Arc::clone(
+            &self
+                .inner
+                .metadata
+                .read()
+                .unwrap_or_else(|e| e.into_inner()),
+        )
+    }
+
+    fn store_metadata(&self, m: Arc<ClusterMetadata>) {
+        *self
+            .inner
+            .metadata
+            .write()
+            .unwrap_or_else(|e| e.into_inner()) = m;
+    }
+
+    /// Metadata covering `topics`: from the cache while every topic is known,
+    /// error-free and younger than `metadata.max.age.ms`, otherwise refreshed
+    /// for those topics. A topic's own error (e.g. `UNKNOWN_TOPIC_OR_PARTITION`
+    /// while it is being created) is in [`TopicMetadata::error`], not an `Err`.
+    ///
+    /// # Errors
+    /// Connection errors when no broker answers.
+    pub async fn metadata(&self, topics: &[&str]) -> Result<Arc<ClusterMetadata>> {
+        let current = self.cached_metadata();
+        let max_age = self.inner.config.metadata_max_age;
+        let fresh = |t: &TopicMetadata| t.error.is_none() && t.fetched_at.elapsed() < max_age;
+        if !self.inner.stale.load(Ordering::Acquire)
+            && current.fetched_at.is_some()
+            && topics.iter().all(|t| current.topic(t).is_some_and(fresh))
+        {
+            return Ok(current);
+        }
+        self.refresh_metadata(topics).await
+    }
+
+    /// Fetches metadata for `topics` now (for no topic: just the brokers) and
+    /// merges it into the cache. Concurrent refreshes are serialised, and one
+    /// that finds the cache refreshed while it waited returns that instead.
+    ///
+    /// # Errors
+    /// Connection errors when no broker answers.
+    pub async fn refresh_metadata(&self, topics: &[&str]) -> Result<Arc<ClusterMetadata>> {
+        self.refresh(Some(topics)).await
+    }
+
+    /// Fetches metadata for every topic in the cluster, replacing the cache.
+    ///
+    /// # Errors
+    /// Connection errors when no broker answers.
+    pub async fn refresh_all_metadata(&self) -> Result<Arc<ClusterMetadata>> {
+        self.refresh(None).await
+    }
+
+    async fn refresh(&self, topics: Option<&[&str]>) -> Result<Arc<ClusterMetadata>> {
+        let started = Instant::now();
+        let _one_at_a_time = self.inner.refresh_lock.lock().await;
+        let current = self.cached_metadata();
+        if let Some(topics) = topics {
+            let done_since = current.fetched_at.is_some_and(|t| t >= started)
+                && topics
+                    .iter()
+                    .all(|t| current.topic(t).is_some_and(|m| m.fetched_at >= started));
+            if done_since {
+                return Ok(current);
+            }
+        }
+        let request = MetadataRequest::default()
+            .with_topics(topics.map(|ts| {
+                ts.iter()
+                    .map(|t| {
+                        MetadataRequestTopic::default()
+                            .with_name(Some(TopicName(StrBytes::from_string((*t).to_owned()))))
+                    })
+                    .collect()
+            }))
+            .with_allow_auto_topic_creation(self.inner.config.allow_auto_create_topics);
+        self.inner.stale.store(false, Ordering::Release);
+        let response: MetadataResponse = self.request_any(Lane::Metadata, &request).await?;
+        let merged = Arc::new(current.merged(&response, topics.is_none(), Instant::now()));
+        tracing::debug!(
+            brokers = merged.brokers.len(),
+            topics = response.topics.len(),
+            "metadata refreshed"
+        );
+        self.store_metadata(Arc::clone(&merged));
+        Ok(merged)
+    }
+
+    /// Marks all metadata stale: the next lookup refreshes it.
+    pub fn invalidate(&self) {
+        self.inner.stale.store(true, Ordering::Release);
+    }
+
+    /// Forgets what is known about `topic`, so the next lookup refreshes it
+    /// (after NOT_LEADER_OR_FOLLOWER, say).
+    pub fn invalidate_topic(&self, topic: &str) {
+        let current = self.cached_metadata();
+        if current.topic(topic).is_some() {
+            let mut next = (*current).clone();
+            next.topics.remove(topic);
+            self.store_metadata(Arc::new(next));
+        }
+    }
+
+    /// The leader of `topic`-`partition`.
+    ///
+    /// # Errors
+    /// [`ClientError::Server`] with the topic's or partition's error code (such
+    /// as `UNKNOWN_TOPIC_OR_PARTITION`), or [`ClientError::NoLeader`]. Both
+    /// are retriable when the condition is transient.
+    pub async fn partition_leader(&self, topic: &str, partition: i32) -> Result<BrokerId> {
+        let md = self.metadata(&[topic]).await?;
+        let t = topic_or_error(&md, topic)?;
+        let p = t.partition(partition).ok_or_else(|| ClientError::Server {
+            code: crate::kerror::KafkaCode::from_code(codes::UNKNOWN_TOPIC_OR_PARTITION),
+            api: ApiKey::Metadata,
+            broker: None,
+            topic: Some(topic.to_owned()),
+            partition: Some(partition),
+            message: Some(format!("the topic has {} partitions", t.partitions.len())),
+        })?;
+        if p.leader < 0 {
+            if let Some(code) = p.error {
+                return Err(ClientError::check(
+                    code.code,
+                    ApiKey::Metadata,
+                    Some(topic),
+                    Some(partition),
+                )
+                .err()
+                .unwrap_or(ClientError::NoLeader {
+                    topic: topic.to_owned(),
+                    partition,
+                }));
+            }
+            return Err(ClientError::NoLeader {
+                topic: topic.to_owned(),
+                partition,
+            });
+        }
+        Ok(p.leader)
+    }
+
+    /// The number of partitions of `topic`.
+    ///
+    /// # Errors
+    /// As [`partition_leader`](Self::partition_leader).
+    pub async fn partition_count(&self, topic: &str) -> Result<usize> {
+        let md = self.metadata(&[topic]).await?;
+        Ok(topic_or_error(&md, topic)?.partitions.len())
+    }
+
+    /// The address of broker `broker`: from the metadata, or the bootstrap
+    /// list for the ids -1, -2, ….
+    ///
+    /// # Errors
+    /// [`ClientError::UnknownBroker`].
+    pub fn broker_address(&self, broker: BrokerId) -> Result<String> {
+        if let Some(b) = self.cached_metadata().brokers.get(&broker) {
+            return Ok(b.addr());
+        }
+        if broker < 0 {
+            let index = usize::try_from(-(i64::from(broker)) - 1).ok();
+            if let Some(addr) = index.and_then(|i| self.inner.config.bootstrap_servers.get(i)) {
+                return Ok(addr.clone());
+            }
+        }
+        Err(ClientError::UnknownBroker(broker))
+    }
+
+    /// The live connection to `broker` on `lane`, opened if needed. Useful to
+    /// learn the version a request will be sent at
+    /// ([`Messenger::version_for`]) before building it.
+    ///
+    /// # Errors
+    /// [`ClientError::UnknownBroker`] or connection errors.
+    pub async fn connection(&self, broker: BrokerId, lane: Lane) -> Result<Arc<Messenger>> {
+        let addr = self.broker_address(broker)?;
+        self.inner.pool.get(broker, lane, &addr).await
+    }
+
+    /// Sends `req` to `broker` on `lane` at the negotiated version and returns
+    /// the response. No retries: a lost connection is dropped from the pool
+    /// (the next request dials again) and the error returned. Error codes
+    /// inside the response are the caller's to check.
+    ///
+    /// # Errors
+    /// [`ClientError::UnknownBroker`], connection and timeout errors.
+    pub async fn request<R>(&self, broker: BrokerId, lane: Lane, req: &R) -> Result<R::Response>
+    where
+        R: Request,
+        R::Response: ThrottleTime,
+    {
+        let conn = self.connection(broker, lane).await?;
+        let result = conn.request(req).await;
+        if let Err(e) = &result {
+            if e.is_network() {
+                self.inner.pool.discard(broker, lane, &conn).await;
+            }
+        }
+        result
+    }
+
+    /// Sends `req` to `broker` without waiting for a response (Produce with
+    /// `acks=0`).
+    ///
+    /// # Errors
+    /// As [`request`](Self::request).
+    pub async fn send_oneway<R: Request>(
+        &self,
+        broker: BrokerId,
+        lane: Lane,
+        req: &R,
+    ) -> Result<()> {
+        let conn = self.connection(broker, lane).await?;
+        let result = conn.send_oneway(req).await;
+        if result.as_ref().is_err_and(ClientError::is_network) {
+            self.inner.pool.discard(broker, lane, &conn).await;
+        }
+        result
+    }
+
+    /// Brokers to try for a request any broker can answer: connected ones
+    /// first, then the other known ones in random order, then the bootstrap
+    /// addresses (in case every known broker has gone).
+    fn any_broker_candidates(&self) -> Vec<BrokerId> {
+        use rand::seq::SliceRandom;
+        let md = self.cached_metadata();
+        let connected: Vec<BrokerId> = self
+            .inner
+            .pool
+            .connected_brokers()
+            .into_iter()
+            .filter(|b| md.brokers.contains_key(b))
+            .collect();
+        let mut others: Vec<BrokerId> = md
+            .brokers
+            .keys()
+            .copied()
+            .filter(|b| !connected.contains(b))
+            .collect();
+        others.shuffle(&mut rand::rng());
+        let bootstrap = (0..self.inner.config.bootstrap_servers.len()).map(|i| -(i as i32) - 1);
+        connected
+            .into_iter()
+            .chain(others)
+            .chain(bootstrap)
+            .collect()
+    }
+
+    /// Sends `req` to any broker that answers (see [`request`](Self::request)),
+    /// moving on to the next one when a connection fails.
+    ///
+    /// # Errors
+    /// [`ClientError::Bootstrap`] naming every address tried when none answers.
+    pub async fn request_any<R>(&self, lane: Lane, req: &R) -> Result<R::Response>
+    where
+        R: Request,
+        R::Response: ThrottleTime,
+    {
+        let mut tried = Vec::new();
+        let mut last = None;
+        for broker in self.any_broker_candidates() {
+            match self.request(broker, lane, req).await {
+                Err(e) if e.is_network() => {
+                    tracing::debug!(broker, error = %e, "broker unreachable, trying the next");
+                    tried.push(
+                        self.broker_address(broker)
+                            .unwrap_or_else(|_| broker.to_string()),
+                    );
+                    last = Some(e);
+                }
+                other => return other,
+            }
+        }
+        Err(ClientError::Bootstrap {
+            tried: tried.join(", "),
+            last: Box::new(last.unwrap_or(ClientError::Closed)),
+        })
+    }
+
+    /// Sends `req` to the controller (admin requests such as CreateTopics).
+    ///
+    /// # Errors
+    /// As [`request`](Self::request).
+    pub async fn request_controller<R>(&self, req: &R) -> Result<R::Response>
+    where
+        R: Request,
+        R::Response: ThrottleTime,
+    {
+        let md = self.metadata(&[]).await?;
+        if md.controller_id >= 0 && md.brokers.contains_key(&md.controller_id) {
+            self.request(md.controller_id, Lane::Metadata, req).await
+        } else {
+            self.request_any(Lane::Metadata, req).await
+        }
+    }
+
+    /// Runs `op` until it succeeds, fails with a non-retriable error, or
+    /// `default.api.timeout.ms` has passed. Between attempts it waits with
+    /// exponential backoff and jitter, and marks the metadata stale when the
+    /// error suggests it (the next lookup in `op` then refreshes it).
+    ///
+    /// # Errors
+    /// The first non-retriable error, or [`ClientError::RetriesExhausted`].
+    pub async fn retry<T, F, Fut>(&self, what: &str, op: F) -> Result<T>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<T>>,
+    {
+        let config = &self.inner.config;
+        let backoff = Backoff::new(config.retry_backoff, config.retry_backoff_max);
+        self.retry_with(what, backoff, config.default_api_timeout, op)
+            .await
+    }
+
+    /// [`retry`](Self::retry) with an explicit backoff and time budget.
+    ///
+    /// # Errors
+    /// As [`retry`](Self::retry).
+    pub async fn retry_with<T, F, Fut>(
+        &self,
+        what: &str,
+        backoff: Backoff,
+        budget: std::time::Duration,
+        mut op: F,
+    ) -> Result<T>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<T>>,
+    {
+        let deadline = Instant::now() + budget;
+        let mut failures = 0u32;
+        loop {
+            let err = match op().await {
+                Ok(v) => return Ok(v),
+                Err(e) if !e.is_retriable() => return Err(e),
+                Err(e) => e,
+            };
+            failures += 1;
+            if err.needs_metadata_refresh() {
+                match &err {
+                    ClientError::Server { topic: Some(t), .. }
+                    | ClientError::NoLeader { topic: t, .. } => {
+                        self.invalidate_topic(t);
+                    }
+                    _ => self.invalidate(),
+                }
+            }
+            let delay = backoff.delay(failures);
+            if Instant::now() + delay >= deadline {
+                return Err(ClientError::RetriesExhausted {
+                    what: what.to_owned(),
+                    attempts: failures,
+                    last: Box::new(err),
+                });
+            }
+            tracing::debug!(what, attempt = failures, error = %err, ?delay, "retrying");
+            tokio::time::sleep(delay).await;
+        }
+    }
+
+    /// Closes every connection; later requests dial again.
+    pub fn close_connections(&self) {
+        self.inner.pool.clear();
+    }
+}
+
+fn topic_or_error<'a>(md: &'a ClusterMetadata, topic: &str) -> Result<&'a TopicMetadata> {
+    let t = md.topic(topic).ok_or_else(|| ClientError::Server {
+        code: crate::kerror::KafkaCode::from_code(codes::UNKNOWN_TOPIC_OR_PARTITION),
+        api: ApiKey::Metadata,
+        broker: None,
+        topic: Some(topic.to_owned()),
+        partition: None,
+        message: None,
+    })?;
+    if let Some(code) = t.error {
+        return Err(ClientError::Server {
+            code,
+            api: ApiKey::Metadata,
+            broker: None,
+            topic: Some(topic.to_owned()),
+            partition: None,
+            message: None,
+        });
+    }
+    Ok(t)
+}
+
+#[cfg(test)]
+mod tests;

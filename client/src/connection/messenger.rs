@@ -1,0 +1,570 @@
+//! One connection to one broker, shared by many concurrent requests.
+//!
+//! Requests are matched to responses by correlation id: each request parks a
+//! oneshot sender in a map, and ONE reader task delivers every response frame
+//! to its sender. Frames go to the socket through ONE writer task, so a frame
+//! is either handed over whole or not at all: a caller that drops its future
+//! can never leave half a frame on the wire.
+//!
+//! Anything that means the two sides no longer agree about the byte stream (a
+//! framing error, a response for a correlation id nobody asked for, an
+//! over-size frame, a response that does not decode, a lost socket) poisons
+//! the connection: every pending and every future request fails with the same
+//! [`ClientError::Poisoned`], and the owner opens a new connection.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::sync::{mpsc, oneshot, watch};
+use tokio::task::JoinHandle;
+use tracing::{debug, warn};
+use weir_protocol::api::{api_key_of, decode_response, encode_request, peek_correlation_id};
+use weir_protocol::frame::FrameDecoder;
+use weir_protocol::kafka_protocol::protocol::Request;
+use weir_protocol::versions::BrokerVersions;
+use weir_protocol::{ApiKey, ProtocolError};
+
+use super::throttle::{Throttle, ThrottleTime};
+use crate::{ClientError, Result};
+
+/// How a [`Messenger`] behaves; built by the cluster from the client config.
+#[derive(Debug, Clone)]
+pub struct MessengerOptions {
+    /// Sent in every request header.
+    pub client_id: Option<String>,
+    /// How long a request may wait for its response.
+    pub request_timeout: Duration,
+    /// The largest response frame accepted; a larger length poisons the connection.
+    pub max_frame_size: usize,
+    /// Delays requests while the broker asks us to back off; may be shared
+    /// by all connections to one broker.
+    pub throttle: Arc<Throttle>,
+}
+
+impl Default for MessengerOptions {
+    fn default() -> Self {
+        Self {
+            client_id: Some("weir".to_owned()),
+            request_timeout: Duration::from_secs(30),
+            max_frame_size: weir_protocol::frame::DEFAULT_MAX_FRAME_SIZE,
+            throttle: Arc::new(Throttle::default()),
+        }
+    }
+}
+
+/// A response frame (without length prefix), or the poison that ended the connection.
+type Delivery = std::result::Result<Bytes, Arc<ClientError>>;
+
+enum Waiter {
+    /// A caller is waiting for this response.
+    Waiting(oneshot::Sender<Delivery>),
+    /// The caller gave up (dropped or timed out) after its frame was sent; the
+    /// response will still come and is read and discarded.
+    Abandoned,
+}
+
+enum State {
+    Open { pending: HashMap<i32, Waiter> },
+    Poisoned(Arc<ClientError>),
+}
+
+pub(super) struct Shared {
+    broker: String,
+    state: Mutex<State>,
+    /// Tells the reader and writer tasks to stop once the connection is poisoned.
+    shutdown: watch::Sender<bool>,
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // A panic while holding this lock cannot leave the map half-updated
+        // in a way that matters more than losing the connection.
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Fails every waiter with `err` and stops the connection. The first
+    /// poison wins; later calls return it.
+    pub(super) fn poison(&self, err: ClientError) -> Arc<ClientError> {
+        let mut state = self.lock();
+        let cause = match &mut *state {
+            State::Poisoned(cause) => return Arc::clone(cause),
+            State::Open { pending } => {
+                let cause = Arc::new(err);
+                for (_, waiter) in pending.drain() {
+                    if let Waiter::Waiting(tx) = waiter {
+                        let _ = tx.send(Err(Arc::clone(&cause)));
+                    }
+                }
+                cause
+            }
+        };
+        warn!(broker = %self.broker, error = %cause, "connection poisoned");
+        *state = State::Poisoned(Arc::clone(&cause));
+        drop(state);
+        let _ = self.shutdown.send(true);
+        cause
+    }
+
+    pub(super) fn poisoned_error(&self, cause: Arc<ClientError>) -> ClientError {
+        ClientError::Poisoned {
+            broker: self.broker.clone(),
+            cause,
+        }
+    }
+
+    /// Hands a response frame to its waiter.
+    fn deliver(&self, frame: BytesMut) -> Result<(), ClientError> {
+        let correlation_id =
+            peek_correlation_id(&frame).map_err(|source| ClientError::Protocol {
+                broker: self.broker.clone(),
+                source,
+            })?;
+        let mut state = self.lock();
+        let State::Open { pending } = &mut *state else {
+            return Ok(());
+        };
+        match pending.remove(&correlation_id) {
+            Some(Waiter::Waiting(tx)) => {
+                let _ = tx.send(Ok(frame.freeze()));
+                Ok(())
+            }
+            Some(Waiter::Abandoned) => {
+                debug!(broker = %self.broker, correlation_id, "discarding response of abandoned request");
+                Ok(())
+            }
+            None => Err(ClientError::UnknownCorrelationId {
+                broker: self.broker.clone(),
+                correlation_id,
+            }),
+        }
+    }
+}
+
+/// Removes or abandons a request's map entry unless the response was taken,
+/// so a cancelled request leaves nothing behind but a tombstone for the
+/// response that is still on its way.
+struct PendingGuard<'a> {
+    shared: &'a Shared,
+    correlation_id: i32,
+    sent: bool,
+    done: bool,
+}
+
+impl Drop for PendingGuard<'_> {
+    fn drop(&mut self) {
+        if self.done {
+            return;
+        }
+        let mut state = self.shared.lock();
+        if let State::Open { pending } = &mut *state {
+            if self.sent {
+                if let Some(w) = pending.get_mut(&self.correlation_id) {
+                    *w = Waiter::Abandoned;
+                }
+            } else {
+                pending.remove(&self.correlation_id);
+            }
+        }
+    }
+}
+
+/// A multiplexed connection to one broker.
+///
+/// Cheap to share behind an `Arc`; dropping the last handle stops its tasks
+/// and closes the socket.
+pub struct Messenger {
+    pub(super) shared: Arc<Shared>,
+    frames: mpsc::Sender<Bytes>,
+    next_correlation_id: AtomicI32,
+    versions: BrokerVersions,
+    pub(super) options: MessengerOptions,
+    tasks: [JoinHandle<()>; 2],
+}
+
+impl std::fmt::Debug for Messenger {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Messenger")
+            .field("broker", &self.shared.broker)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Drop for Messenger {
+    fn drop(&mut self) {
+        for task in &self.tasks {
+            task.abort();
+        }
+    }
+}
+
+impl Messenger {
+    /// Starts the reader and writer tasks over `stream`. No handshake is done:
+    /// the broker's versions are unknown until [`set_versions`](Self::set_versions)
+    /// (see [`super::handshake`]). `broker` labels errors and logs.
+    pub fn start<S>(stream: S, broker: impl Into<String>, options: MessengerOptions) -> Messenger
+    where
+        S: AsyncRead + AsyncWrite + Send + 'static,
+    {
+        let (read_half, write_half) = tokio::io::split(stream);
+        let (shutdown, shutdown_rx) = watch::channel(false);
+        let shared = Arc::new(Shared {
+            broker: broker.into(),
+            state: Mutex::new(State::Open {
+                pending: HashMap::new(),
+            }),
+            shutdown,
+        });
+        // A small queue: the writer drains it quickly, and a full queue makes
+        // callers wait before their frame is handed over (cancel-safe).
+        let (frames, frames_rx) = mpsc::channel(64);
+        let decoder = FrameDecoder::new(options.max_frame_size);
+        let reader = tokio::spawn(read_loop(
+            read_half,
+            decoder,
+            Arc::clone(&shared),
+            shutdown_rx.clone(),
+        ));
+        let writer = tokio::spawn(write_loop(
+            write_half,
+            frames_rx,
+            Arc::clone(&shared),
+            shutdown_rx,
+        ));
+        Messenger {
+            shared,
+            frames,
+            next_correlation_id: AtomicI32::new(0),
+            versions: BrokerVersions::default(),
+            options,
+            tasks: [reader, writer],
+        }
+    }
+
+    /// The broker's address (or label).
+    pub fn broker(&self) -> &str {
+        &self.shared.broker
+    }
+
+    /// The versions the broker advertised in its ApiVersions response.
+    pub fn versions(&self) -> &BrokerVersions {
+        &self.versions
+    }
+
+    /// Records the broker's versions (done once by the handshake).
+    pub fn set_versions(&mut self, versions: BrokerVersions) {
+        self.versions = versions;
+    }
+
+    /// The version `R` is sent at: the highest both sides speak, capped by
+    /// [`version_cap`].
+    ///
+    /// # Errors
+    /// [`ClientError::Protocol`] naming the API when there is none.
+    pub fn version_for<R: Request>(&self) -> Result<i16> {
+        let api = api_key_of::<R>().map_err(|e| self.protocol_error(e))?;
+        self.versions
+            .negotiate_for::<R>(version_cap(api))
+            .map_err(|e| self.protocol_error(e))
+    }
+
+    /// The error this connection was poisoned with, if any.
+    pub fn poison_cause(&self) -> Option<Arc<ClientError>> {
+        match &*self.shared.lock() {
+            State::Poisoned(cause) => Some(Arc::clone(cause)),
+            State::Open { .. } => None,
+        }
+    }
+
+    /// Whether the connection can still carry requests.
+    pub fn is_usable(&self) -> bool {
+        self.poison_cause().is_none()
+    }
+
+    /// Sends `req` at the negotiated version and waits for its response.
+    ///
+    /// # Errors
+    /// Connection errors ([`ClientError::Poisoned`], [`ClientError::RequestTimeout`]),
+    /// or [`ClientError::Protocol`] if `R` cannot be encoded. Kafka error
+    /// codes inside the response are the caller's to check.
+    pub async fn request<R>(&self, req: &R) -> Result<R::Response>
+    where
+        R: Request,
+        R::Response: ThrottleTime,
+    {
+        let version = self.version_for::<R>()?;
+        self.request_at(version, req, self.options.request_timeout)
+            .await
+    }
+
+    /// Sends `req` at `version` and waits at most `timeout` for the response.
+    ///
+    /// # Errors
+    /// As [`request`](Self::request).
+    pub async fn request_at<R>(
+        &self,
+        version: i16,
+        req: &R,
+        timeout: Duration,
+    ) -> Result<R::Response>
+    where
+        R: Request,
+        R::Response: ThrottleTime,
+    {
+        let api = api_key_of::<R>().map_err(|e| self.protocol_error(e))?;
+        let frame = self.roundtrip(api, version, req, timeout, true).await?;
+        let Some(frame) = frame else {
+            return Err(ClientError::Closed);
+        };
+        match decode_response::<R>(frame, version) {
+            Ok((_, response)) => {
+                self.options.throttle.record(response.throttle_time_ms());
+                Ok(response)
+            }
+            Err(source) => {
+                // The frame boundaries held, but the body does not match what
+                // we asked for: a hostile or confused peer. Drop the connection.
+                let cause = self.shared.poison(self.protocol_error(source));
+                Err(self.shared.poisoned_error(cause))
+            }
+        }
+    }
+
+    /// Sends `req` at the negotiated version without waiting for a response:
+    /// for requests the broker does not answer (Produce with `acks=0`).
+    /// Returns once the frame is queued for the writer.
+    ///
+    /// # Errors
+    /// As [`request`](Self::request).
+    pub async fn send_oneway<R: Request>(&self, req: &R) -> Result<()> {
+        let version = self.version_for::<R>()?;
+        let api = api_key_of::<R>().map_err(|e| self.protocol_error(e))?;
+        self.roundtrip(api, version, req, self.options.request_timeout, false)
+            .await
+            .map(|_| ())
+    }
+
+    /// Sends one request frame and, if `expect_response`, returns the response frame.
+    pub(super) async fn roundtrip<R: Request>(
+        &self,
+        api: ApiKey,
+        version: i16,
+        req: &R,
+        timeout: Duration,
+        expect_response: bool,
+    ) -> Result<Option<Bytes>> {
+        self.options.throttle.wait().await;
+        let correlation_id = self.next_id();
+        let mut buf = BytesMut::new();
+        encode_request(
+            &mut buf,
+            correlation_id,
+            self.options.client_id.as_deref(),
+            version,
+            req,
+        )
+        .map_err(|e| self.protocol_error(e))?;
+
+        let (tx, rx) = oneshot::channel();
+        {
+            let mut state = self.shared.lock();
+            match &mut *state {
+                State::Poisoned(cause) => {
+                    return Err(self.shared.poisoned_error(Arc::clone(cause)));
+                }
+                State::Open { pending } if expect_response => {
+                    pending.insert(correlation_id, Waiter::Waiting(tx));
+                }
+                State::Open { .. } => {}
+            }
+        }
+        let mut guard = PendingGuard {
+            shared: &self.shared,
+            correlation_id,
+            sent: false,
+            done: !expect_response,
+        };
+        // Cancel-safe: if this future is dropped while waiting for room in
+        // the queue, the frame never reaches the writer at all.
+        if self.frames.send(buf.freeze()).await.is_err() {
+            guard.done = true;
+            return Err(self.closed_error());
+        }
+        guard.sent = true;
+        if !expect_response {
+            return Ok(None);
+        }
+        tracing::trace!(broker = %self.shared.broker, ?api, version, correlation_id, "request sent");
+        match tokio::time::timeout(timeout, rx).await {
+            Ok(Ok(Ok(frame))) => {
+                guard.done = true;
+                Ok(Some(frame))
+            }
+            Ok(Ok(Err(cause))) => {
+                guard.done = true;
+                Err(self.shared.poisoned_error(cause))
+            }
+            Ok(Err(_)) => {
+                guard.done = true;
+                Err(self.closed_error())
+            }
+            Err(_) => Err(ClientError::RequestTimeout {
+                broker: self.shared.broker.clone(),
+                api,
+                after: timeout,
+            }),
+        }
+    }
+
+    fn next_id(&self) -> i32 {
+        // Wraps after 2^31 requests; ids are only compared for equality and
+        // a request that old is long answered or abandoned.
+        let id = self.next_correlation_id.fetch_add(1, Ordering::Relaxed);
+        id & i32::MAX
+    }
+
+    fn closed_error(&self) -> ClientError {
+        match self.poison_cause() {
+            Some(cause) => self.shared.poisoned_error(cause),
+            None => ClientError::ConnectionClosed {
+                broker: self.shared.broker.clone(),
+            },
+        }
+    }
+
+    pub(super) fn protocol_error(&self, source: ProtocolError) -> ClientError {
+        ClientError::Protocol {
+            broker: self.shared.broker.clone(),
+            source,
+        }
+    }
+}
+
+/// The highest version Weir sends of each API, where newer versions change
+/// semantics Weir does not implement yet.
+pub fn version_cap(api: ApiKey) -> Option<i16> {
+    match api {
+        // v13 names topics by id.
+        ApiKey::Fetch | ApiKey::Produce => Some(12),
+        // v13 moved top-level errors around; 12 is what Weir parses.
+        ApiKey::Metadata => Some(12),
+        // v9 has top-level error handling Weir does not need; stay at 8.
+        ApiKey::ListOffsets => Some(8),
+        // v10 names topics by id.
+        ApiKey::OffsetFetch => Some(9),
+        ApiKey::OffsetCommit => Some(9),
+        _ => None,
+    }
+}
+
+async fn read_loop<R: AsyncRead>(
+    read_half: R,
+    decoder: FrameDecoder,
+    shared: Arc<Shared>,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let mut read_half = std::pin::pin!(read_half);
+    let mut buf = BytesMut::with_capacity(8 * 1024);
+    loop {
+        // Deliver every complete frame already buffered.
+        loop {
+            match decoder.decode(&mut buf) {
+                Ok(Some(frame)) => {
+                    if let Err(e) = shared.deliver(frame) {
+                        shared.poison(e);
+                        return;
+                    }
+                }
+                Ok(None) => break,
+                Err(source) => {
+                    shared.poison(ClientError::Protocol {
+                        broker: shared.broker.clone(),
+                        source,
+                    });
+                    return;
+                }
+            }
+        }
+        if buf.capacity() - buf.len() < 1024 {
+            buf.reserve(8 * 1024);
+        }
+        let read = tokio::select! {
+            r = read_half.read_buf(&mut buf) => r,
+            _ = shutdown.wait_for(|stop| *stop) => return,
+        };
+        match read {
+            Ok(0) if buf.is_empty() => {
+                shared.poison(ClientError::ConnectionClosed {
+                    broker: shared.broker.clone(),
+                });
+                return;
+            }
+            Ok(0) => {
+                let needed = decoder
+                    .peek_len(&buf)
+                    .ok()
+                    .flatten()
+                    .map_or(4, |len| len + 4);
+                shared.poison(ClientError::Protocol {
+                    broker: shared.broker.clone(),
+                    source: ProtocolError::Truncated {
+                        what: "response frame",
+                        needed,
+                        available: buf.len(),
+                    },
+                });
+                return;
+            }
+            Ok(_) => {}
+            Err(source) => {
+                shared.poison(ClientError::Io {
+                    broker: shared.broker.clone(),
+                    context: "reading",
+                    source,
+                });
+                return;
+            }
+        }
+    }
+}
+
+async fn write_loop<W: AsyncWrite>(
+    write_half: W,
+    mut frames: mpsc::Receiver<Bytes>,
+    shared: Arc<Shared>,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let mut write_half = std::pin::pin!(write_half);
+    loop {
+        let frame = tokio::select! {
+            f = frames.recv() => f,
+            _ = shutdown.wait_for(|stop| *stop) => None,
+        };
+        let Some(frame) = frame else {
+            let _ = write_half.shutdown().await;
+            return;
+        };
+        let mut result = write_half.write_all(&frame).await;
+        // Coalesce whatever else is queued before one flush.
+        while result.is_ok() {
+            match frames.try_recv() {
+                Ok(more) => result = write_half.write_all(&more).await,
+                Err(_) => break,
+            }
+        }
+        if result.is_ok() {
+            result = write_half.flush().await;
+        }
+        if let Err(source) = result {
+            shared.poison(ClientError::Io {
+                broker: shared.broker.clone(),
+                context: "writing",
+                source,
+            });
+            return;
+        }
+    }
+}
