@@ -1,0 +1,177 @@
+#!/usr/bin/env bash
+# Weir's test command: everything CI checks, runnable on a fresh machine.
+#
+#   scripts/test.sh
+#
+# 1. toolchain: rustfmt, clippy and cargo-nextest (installed if missing);
+# 2. broker: tansu installed and started on a free loopback port (stopped on exit), unless
+#    KAFKA_BOOTSTRAP is already set, in which case that broker (Apache Kafka, Redpanda, ...)
+#    is used as it is;
+# 3. independent clients: a Python venv with confluent-kafka and kafka-python, smoke-tested
+#    against the broker (scripts/interop/probe_tansu.py);
+# 4. cargo fmt --check, clippy -D warnings, nextest (unit + integration), doc tests.
+#
+# Every cargo step runs even if an earlier one failed, so one run shows all problems; the
+# exit status is non-zero if any step failed. Tests see:
+#   KAFKA_BOOTSTRAP     the broker address
+#   WEIR_EXPECT_BROKER  1: a test that needs a broker must fail, not skip, without one
+#   WEIR_PYTHON         python with confluent-kafka and kafka-python (for interop tests,
+#                       e.g. "$WEIR_PYTHON scripts/interop/kafka_tool.py consume ...")
+#   WEIR_BROKER_KIND    "tansu" when this script started tansu (so tests can name its known
+#                       faults when they skip); unset for a broker given via KAFKA_BOOTSTRAP
+# CARGO_TARGET_DIR is respected; by default cargo's target/ is used.
+set -euo pipefail
+
+SCRIPT_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+REPO_ROOT="$(cd "$SCRIPT_DIR/.." && pwd)"
+cd "$REPO_ROOT"
+
+BROKER_DIR="${WEIR_BROKER_DIR:-$REPO_ROOT/.weir-broker}"
+export WEIR_BROKER_DIR="$BROKER_DIR"
+LOG_DIR="$(mktemp -d "${TMPDIR:-/tmp}/weir-test.XXXXXX")"
+RUN_STARTED=$(date +%s)
+FAILED_STEPS=()
+STARTED_BROKER_RUN_DIR=""
+
+section() { printf '\n==== %s ====\n' "$*"; }
+note() { echo "test.sh: $*"; }
+fatal() {
+    echo "test.sh: error: $*" >&2
+    exit 1
+}
+
+# Stops the broker this script started, if any; with show_log, prints its last lines.
+stop_broker() {
+    local show_log="$1"
+    [[ -n "$STARTED_BROKER_RUN_DIR" ]] || return 0
+    WEIR_BROKER_RUN_DIR="$STARTED_BROKER_RUN_DIR" "$SCRIPT_DIR/broker.sh" stop || true
+    if [[ "$show_log" == 1 && -s "$STARTED_BROKER_RUN_DIR/tansu.log" ]]; then
+        echo "test.sh: last broker log lines:" >&2
+        tail -n 15 "$STARTED_BROKER_RUN_DIR/tansu.log" >&2 || true
+    fi
+    rm -rf "$STARTED_BROKER_RUN_DIR"
+    STARTED_BROKER_RUN_DIR=""
+}
+
+cleanup() {
+    local rc=$?
+    stop_broker "$((rc != 0))"
+    rm -rf "$LOG_DIR"
+    exit "$rc"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+# Runs one named step with its output teed to a log; records a failure instead of exiting.
+step() {
+    local name="$1" log="$LOG_DIR/$1.log" started rc=0
+    shift
+    section "$name: $*"
+    started=$(date +%s)
+    "$@" 2>&1 | tee "$log" || rc=$?
+    if ((rc == 0)); then
+        note "$name passed in $(($(date +%s) - started))s"
+    else
+        note "$name FAILED (exit $rc) after $(($(date +%s) - started))s"
+        FAILED_STEPS+=("$name")
+    fi
+}
+
+# ---- toolchain ---------------------------------------------------------------------------
+section "toolchain"
+command -v cargo >/dev/null || fatal "cargo not found: install Rust with rustup first"
+for component in rustfmt clippy; do
+    sub="${component/rustfmt/fmt}"
+    if ! cargo "$sub" --version >/dev/null 2>&1; then
+        note "cargo $sub missing: rustup component add $component"
+        rustup component add "$component" || fatal "could not add rustup component $component"
+    fi
+done
+TEST_RUNNER=nextest
+if ! cargo nextest --version >/dev/null 2>&1; then
+    note "cargo-nextest missing: cargo install cargo-nextest --locked (takes a few minutes)"
+    if ! cargo install cargo-nextest --locked; then
+        note "cargo-nextest could not be installed; falling back to cargo test"
+        TEST_RUNNER=cargo-test
+    fi
+fi
+cargo --version
+cargo fmt --version
+cargo clippy --version
+# sed, not head: head would close the pipe early and pipefail would count the SIGPIPE.
+if [[ "$TEST_RUNNER" == nextest ]]; then cargo nextest --version | sed -n 1p; fi
+
+# ---- broker ------------------------------------------------------------------------------
+section "broker"
+if [[ -n "${KAFKA_BOOTSTRAP:-}" ]]; then
+    note "KAFKA_BOOTSTRAP=$KAFKA_BOOTSTRAP given: using that broker, not starting tansu"
+    python3 "$SCRIPT_DIR/kafka_ping.py" --timeout 5 "${KAFKA_BOOTSTRAP%%,*}" ||
+        fatal "the broker at $KAFKA_BOOTSTRAP does not answer ApiVersions"
+    unset WEIR_BROKER_KIND
+else
+    "$SCRIPT_DIR/broker.sh" install || fatal "could not install tansu"
+    # A run dir of our own, so a broker a developer started by hand is left alone.
+    mkdir -p "$BROKER_DIR"
+    STARTED_BROKER_RUN_DIR="$(mktemp -d "$BROKER_DIR/run.XXXXXX")"
+    out="$(WEIR_BROKER_RUN_DIR="$STARTED_BROKER_RUN_DIR" "$SCRIPT_DIR/broker.sh" start)" ||
+        fatal "could not start tansu"
+    KAFKA_BOOTSTRAP="${out#KAFKA_BOOTSTRAP=}"
+    [[ "$KAFKA_BOOTSTRAP" =~ ^127\.0\.0\.1:[0-9]+$ ]] ||
+        fatal "broker.sh start printed '$out', expected KAFKA_BOOTSTRAP=127.0.0.1:PORT"
+    export WEIR_BROKER_KIND=tansu
+fi
+export KAFKA_BOOTSTRAP
+export WEIR_EXPECT_BROKER=1
+note "KAFKA_BOOTSTRAP=$KAFKA_BOOTSTRAP"
+
+# ---- independent clients -----------------------------------------------------------------
+section "python clients"
+WEIR_PYTHON="$("$SCRIPT_DIR/pyenv.sh")" || fatal "could not set up the Python clients"
+export WEIR_PYTHON
+note "WEIR_PYTHON=$WEIR_PYTHON"
+step broker-probe "$WEIR_PYTHON" "$SCRIPT_DIR/interop/probe_tansu.py"
+
+# ---- cargo -------------------------------------------------------------------------------
+step fmt cargo fmt --all -- --check
+step clippy cargo clippy --workspace --all-targets -- -D warnings
+if [[ "$TEST_RUNNER" == nextest ]]; then
+    step tests cargo nextest run --workspace --no-fail-fast
+else
+    # --all-targets leaves doc tests out; they get their own step below.
+    step tests cargo test --workspace --all-targets --no-fail-fast
+fi
+step doctests cargo test --workspace --doc
+
+# ---- summary -----------------------------------------------------------------------------
+section "summary"
+# Stopped here rather than only in the exit trap, so the count line below is the last one.
+stop_broker "$((${#FAILED_STEPS[@]} > 0))"
+# Sum the runners' own counts so one closing line tells the whole story.
+read -r passed failed skipped < <(cat "$LOG_DIR/tests.log" "$LOG_DIR/doctests.log" 2>/dev/null |
+    awk '
+        / Summary \[/ && /tests? run:/ {
+            for (i = 1; i <= NF; i++) {
+                w = $(i + 1); sub(/[,;]$/, "", w)
+                if (w == "passed") p += $i
+                if (w == "failed" || w == "timed") f += $i
+                if (w == "skipped") s += $i
+            }
+        }
+        /^test result:/ {
+            for (i = 1; i <= NF; i++) {
+                w = $(i + 1); sub(/[,;]$/, "", w)
+                if (w == "passed") p += $i
+                if (w == "failed") f += $i
+                if (w == "ignored") s += $i
+            }
+        }
+        END { printf "%d %d %d\n", p, f, s }')
+note "total time $(($(date +%s) - RUN_STARTED))s"
+echo "weir: $passed passed, $failed failed, $skipped skipped"
+if ((${#FAILED_STEPS[@]} > 0)); then
+    # After the counts on purpose: a build failure runs no test, so "0 failed" above would
+    # otherwise be the last word.
+    note "FAILED steps: ${FAILED_STEPS[*]} (counts above cover only tests that ran)"
+    exit 1
+fi
