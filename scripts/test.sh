@@ -15,8 +15,9 @@
 # exit status is non-zero if any step failed. Tests see:
 #   KAFKA_BOOTSTRAP     the broker address
 #   WEIR_EXPECT_BROKER  1: a test that needs a broker must fail, not skip, without one
-#   WEIR_PYTHON         python with confluent-kafka and kafka-python (for interop tests,
-#                       e.g. "$WEIR_PYTHON scripts/interop/kafka_tool.py consume ...")
+#   WEIR_PYTHON         python with confluent-kafka and kafka-python, for interop tests
+#   WEIR_KAFKA_TOOL     absolute path of scripts/interop/kafka_tool.py, to run with it:
+#                       "$WEIR_PYTHON" "$WEIR_KAFKA_TOOL" consume -t TOPIC --from-beginning ...
 #   WEIR_BROKER_KIND    "tansu" when this script started tansu (so tests can name its known
 #                       faults when they skip); unset for a broker given via KAFKA_BOOTSTRAP
 # CARGO_TARGET_DIR is respected; by default cargo's target/ is used.
@@ -129,6 +130,7 @@ note "KAFKA_BOOTSTRAP=$KAFKA_BOOTSTRAP"
 section "python clients"
 WEIR_PYTHON="$("$SCRIPT_DIR/pyenv.sh")" || fatal "could not set up the Python clients"
 export WEIR_PYTHON
+export WEIR_KAFKA_TOOL="$SCRIPT_DIR/interop/kafka_tool.py"
 note "WEIR_PYTHON=$WEIR_PYTHON"
 step broker-probe "$WEIR_PYTHON" "$SCRIPT_DIR/interop/probe_tansu.py"
 

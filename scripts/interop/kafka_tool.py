@@ -146,7 +146,12 @@ def message_to_json(msg, encoding):
 
 
 def base_config(bootstrap, extra):
-    config = {"bootstrap.servers": bootstrap, "client.id": "weir-interop-kafka-tool"}
+    config = {
+        "bootstrap.servers": bootstrap,
+        "client.id": "weir-interop-kafka-tool",
+        # Warnings and errors only: librdkafka's info lines would clutter test output.
+        "log_level": 4,
+    }
     config.update(extra or {})
     return config
 
@@ -166,9 +171,13 @@ def produce_records(bootstrap, topic, records, *, compression="none", acks="all"
         "linger.ms": linger_ms,
         # librdkafka's default (consistent_random, CRC32) differs from Java's partitioner.
         "partitioner": "murmur2_random",
+        # The default of 300 s would let a test hang long after `timeout`.
+        "message.timeout.ms": max(1000, int(timeout * 1000)),
     })
     if transactional_id is not None:
         config["transactional.id"] = transactional_id
+        # librdkafka requires message.timeout.ms <= transaction.timeout.ms.
+        config["transaction.timeout.ms"] = max(60000, config["message.timeout.ms"])
     config.update(extra or {})
     producer = Producer(config)
     reports = [None] * len(records)
@@ -391,13 +400,32 @@ def build_parser():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter,
                                      epilog=__doc__.split("\n\n", 1)[1])
-    parser.add_argument("-b", "--bootstrap", default=os.environ.get("KAFKA_BOOTSTRAP"),
-                        help="HOST:PORT[,...] (default: $KAFKA_BOOTSTRAP)")
-    parser.add_argument("--encoding", choices=("utf8", "base64"), default="utf8",
-                        help="how keys, values and header values are written in JSON")
-    parser.add_argument("-X", dest="extra", action="append", metavar="KEY=VALUE",
-                        help="extra librdkafka property (repeatable)")
-    sub = parser.add_subparsers(dest="command", required=True)
+    def common_args(p, defaults):
+        # Accepted before or after the subcommand; SUPPRESS keeps a subcommand's parser from
+        # overwriting a value given before it.
+        def default(value):
+            return value if defaults else argparse.SUPPRESS
+
+        p.add_argument("-b", "--bootstrap", default=default(os.environ.get("KAFKA_BOOTSTRAP")),
+                       help="HOST:PORT[,...] (default: $KAFKA_BOOTSTRAP)")
+        p.add_argument("--encoding", choices=("utf8", "base64"), default=default("utf8"),
+                       help="how keys, values and header values are written in JSON")
+        p.add_argument("-X", dest="extra", action="append", metavar="KEY=VALUE",
+                       default=default(None), help="extra librdkafka property (repeatable)")
+
+    common_args(parser, defaults=True)
+    sub_common = argparse.ArgumentParser(add_help=False)
+    common_args(sub_common, defaults=False)
+    subparsers = parser.add_subparsers(dest="command", required=True)
+
+    class Sub:
+        """add_parser with the common options attached."""
+
+        @staticmethod
+        def add_parser(name, **kwargs):
+            return subparsers.add_parser(name, parents=[sub_common], **kwargs)
+
+    sub = Sub()
 
     def producer_args(p):
         p.add_argument("-t", "--topic", required=True)
