@@ -14,10 +14,7 @@ const TOPICS: [&str; 4] = ["a", "b", "c", "d"];
 /// random subscriptions, and random (possibly conflicting, possibly stale)
 /// ownership claims with random generations.
 fn group(equal: bool) -> impl Strategy<Value = GroupSubscription> {
-    (
-        prop::collection::vec(0i32..12, 1..=4),
-        1usize..=8,
-    )
+    (prop::collection::vec(0i32..12, 1..=4), 1usize..=8)
         .prop_flat_map(move |(counts, members)| {
             let topics = counts.len();
             let member = (
@@ -75,7 +72,12 @@ fn settled_group(equal: bool) -> impl Strategy<Value = GroupSubscription> {
                 g.members.remove(id);
             }
         }
-        let template = g.members.values().next().map(|m| m.topics.clone()).unwrap_or_default();
+        let template = g
+            .members
+            .values()
+            .next()
+            .map(|m| m.topics.clone())
+            .unwrap_or_default();
         for j in 0..(seed % 3) {
             let mut m = MemberSubscription::new(template.iter().cloned());
             m.generation = -1;

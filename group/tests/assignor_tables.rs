@@ -58,7 +58,10 @@ fn range_orders_static_members_by_instance_id_first() {
     let mut z = MemberSubscription::new(["t"]);
     z.instance_id = Some("a-instance".into());
     let g = group(
-        &[("a-member", MemberSubscription::new(["t"])), ("z-member", z)],
+        &[
+            ("a-member", MemberSubscription::new(["t"])),
+            ("z-member", z),
+        ],
         &[("t", 3)],
     );
     let a = Assignor::Range.assign(&g);
@@ -208,10 +211,7 @@ fn cooperative_sticky_revokes_partitions_of_an_unsubscribed_topic_first() {
 #[test]
 fn cooperative_sticky_ignores_claims_on_partitions_that_do_not_exist() {
     let g = group(
-        &[(
-            "a",
-            owning(&["t"], &[("t", 0), ("t", 9), ("gone", 0)], 1),
-        )],
+        &[("a", owning(&["t"], &[("t", 0), ("t", 9), ("gone", 0)], 1))],
         &[("t", 2)],
     );
     let a = Assignor::CooperativeSticky.assign(&g);

@@ -51,7 +51,9 @@ pub fn claims(g: &GroupSubscription) -> BTreeMap<TopicPartition, Vec<(String, i3
     let mut out: BTreeMap<TopicPartition, Vec<(String, i32)>> = BTreeMap::new();
     for (id, m) in &g.members {
         for tp in m.owned.iter().collect::<BTreeSet<_>>() {
-            out.entry(tp.clone()).or_default().push((id.clone(), m.generation));
+            out.entry(tp.clone())
+                .or_default()
+                .push((id.clone(), m.generation));
         }
     }
     out
@@ -63,11 +65,16 @@ pub fn check_cooperative(g: &GroupSubscription, a: &GroupAssignment) -> Result<(
     let claims = claims(g);
     for (member, parts) in a {
         for tp in parts {
-            let Some(claimants) = claims.get(tp) else { continue };
+            let Some(claimants) = claims.get(tp) else {
+                continue;
+            };
             let Some(&(_, mine)) = claimants.iter().find(|(id, _)| id == member) else {
                 return Err(format!("{member} got {tp:?} claimed by {claimants:?}"));
             };
-            if claimants.iter().any(|(id, gen_)| id != member && *gen_ >= mine) {
+            if claimants
+                .iter()
+                .any(|(id, gen_)| id != member && *gen_ >= mine)
+            {
                 return Err(format!(
                     "{member} (gen {mine}) got {tp:?} contested by {claimants:?}"
                 ));
@@ -78,7 +85,10 @@ pub fn check_cooperative(g: &GroupSubscription, a: &GroupAssignment) -> Result<(
 }
 
 /// Nothing is left unassigned except partitions someone still claims.
-pub fn check_complete_except_claimed(g: &GroupSubscription, a: &GroupAssignment) -> Result<(), String> {
+pub fn check_complete_except_claimed(
+    g: &GroupSubscription,
+    a: &GroupAssignment,
+) -> Result<(), String> {
     let assigned: BTreeSet<&TopicPartition> = a.values().flatten().collect();
     let claims = claims(g);
     for tp in assignable(g) {
@@ -134,7 +144,10 @@ pub fn equal_subscriptions(g: &GroupSubscription) -> bool {
 /// generation later (what members report at the next JoinGroup).
 pub fn rejoin_with(g: &mut GroupSubscription, a: &GroupAssignment, generation: i32) {
     for (id, m) in g.members.iter_mut() {
-        m.owned = a.get(id).map(|s| s.iter().cloned().collect()).unwrap_or_default();
+        m.owned = a
+            .get(id)
+            .map(|s| s.iter().cloned().collect())
+            .unwrap_or_default();
         m.generation = generation;
     }
 }
