@@ -1,0 +1,431 @@
+//! Per-partition batching: records wait here until their batch is full,
+//! `linger.ms` has passed, or a flush asks for everything.
+//!
+//! The accumulator does no I/O and reads no clock: callers pass `now`, so
+//! the batching rules are tested exactly. Memory is accounted outside (a
+//! semaphore of `buffer.memory` bytes); each batch carries the permits of
+//! its records and frees them when it is dropped.
+
+use std::collections::VecDeque;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use indexmap::IndexMap;
+use tokio::sync::{OwnedSemaphorePermit, oneshot};
+use weir_protocol::records::{BatchHeader, RecordInput};
+
+use super::record::{RecordMetadata, TopicPartition};
+use super::sequence::SequenceTag;
+use crate::Result;
+
+/// Upper bound of one record's encoded size: every varint at its widest.
+pub fn record_size_upper_bound(record: &RecordInput) -> usize {
+    const VARINT: usize = 5;
+    const VARLONG: usize = 10;
+    let headers: usize = record
+        .headers
+        .iter()
+        .map(|h| 2 * VARINT + h.key.len() + h.value.as_ref().map_or(0, Bytes::len))
+        .sum();
+    // length, attributes, timestamp delta, offset delta, key and value
+    // lengths, header count.
+    VARINT
+        + 1
+        + VARLONG
+        + VARINT
+        + VARINT
+        + record.key.as_ref().map_or(0, Bytes::len)
+        + VARINT
+        + record.value.as_ref().map_or(0, Bytes::len)
+        + VARINT
+        + headers
+}
+
+/// Where one record's result goes.
+#[derive(Debug)]
+pub struct Delivery {
+    /// Receives the outcome.
+    pub tx: oneshot::Sender<Result<RecordMetadata>>,
+}
+
+/// A batch of records for one partition.
+#[derive(Debug)]
+pub struct ProducerBatch {
+    /// Its partition.
+    pub tp: TopicPartition,
+    /// The records, until the batch is encoded for its first send.
+    pub records: Vec<RecordInput>,
+    /// One per record, in order.
+    pub deliveries: Vec<Delivery>,
+    /// Upper bound of the encoded size, header included.
+    pub size: usize,
+    /// When the first record arrived; `linger.ms` and
+    /// `delivery.timeout.ms` count from here.
+    pub created: Instant,
+    /// The sequence the batch was sent with, for retries.
+    pub sequence: Option<SequenceTag>,
+    /// The encoded batch and the producer id generation it was encoded for.
+    pub encoded: Option<(u64, Bytes)>,
+    /// Sends so far.
+    pub attempts: u32,
+    /// No send before this instant (retry backoff).
+    pub retry_at: Option<Instant>,
+    /// No more records may join: the batch was sent at least once.
+    pub closed: bool,
+    /// `buffer.memory` held by the records.
+    pub memory: Option<OwnedSemaphorePermit>,
+}
+
+impl ProducerBatch {
+    fn new(tp: TopicPartition, now: Instant) -> Self {
+        Self {
+            tp,
+            records: Vec::new(),
+            deliveries: Vec::new(),
+            size: BatchHeader::LEN,
+            created: now,
+            sequence: None,
+            encoded: None,
+            attempts: 0,
+            retry_at: None,
+            closed: false,
+            memory: None,
+        }
+    }
+
+    /// Number of records.
+    pub fn record_count(&self) -> usize {
+        self.deliveries.len()
+    }
+
+    /// Fails every record with a copy of `error`.
+    pub fn fail(self, error: impl Fn() -> crate::ClientError) {
+        for d in self.deliveries {
+            // The caller may have dropped its future: nothing to tell then.
+            let _ = d.tx.send(Err(error()));
+        }
+    }
+}
+
+/// What [`Accumulator::append`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Appended {
+    /// Joined the partition's open batch.
+    Joined,
+    /// Started a new batch (the previous one, if any, is now full).
+    NewBatch,
+}
+
+/// Partitions with a batch to send, and when to look again.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Readiness {
+    /// Partitions whose first batch may go now.
+    pub ready: Vec<TopicPartition>,
+    /// The earliest instant another batch becomes ready by time alone.
+    pub next_check: Option<Instant>,
+}
+
+/// The batching rules.
+#[derive(Debug, Clone, Copy)]
+pub struct BatchingRules {
+    /// `batch.size`: a batch is full once another record would pass it.
+    pub batch_size: usize,
+    /// `linger.ms`: how long a batch waits for more records.
+    pub linger: Duration,
+}
+
+/// The queues of batches, per partition, in send order.
+#[derive(Debug)]
+pub struct Accumulator {
+    rules: BatchingRules,
+    queues: IndexMap<TopicPartition, VecDeque<ProducerBatch>>,
+}
+
+impl Accumulator {
+    /// An empty accumulator.
+    pub fn new(rules: BatchingRules) -> Self {
+        Self {
+            rules,
+            queues: IndexMap::new(),
+        }
+    }
+
+    /// Whether a record of `size` bytes for `tp` would start a new batch.
+    pub fn would_start_batch(&self, tp: &TopicPartition, size: usize) -> bool {
+        match self.queues.get(tp).and_then(VecDeque::back) {
+            Some(b) if !b.closed => !Self::fits(&self.rules, b, size),
+            _ => true,
+        }
+    }
+
+    fn fits(rules: &BatchingRules, batch: &ProducerBatch, size: usize) -> bool {
+        // An oversized record still gets a batch of its own.
+        batch.records.is_empty() || batch.size + size <= rules.batch_size
+    }
+
+    /// Appends a record to `tp`'s open batch or a new one.
+    pub fn append(
+        &mut self,
+        tp: &TopicPartition,
+        record: RecordInput,
+        delivery: Delivery,
+        memory: Option<OwnedSemaphorePermit>,
+        now: Instant,
+    ) -> Appended {
+        let size = record_size_upper_bound(&record);
+        let queue = self.queues.entry(tp.clone()).or_default();
+        let mut outcome = Appended::Joined;
+        let open = matches!(queue.back(), Some(b) if !b.closed && Self::fits(&self.rules, b, size));
+        if !open {
+            queue.push_back(ProducerBatch::new(tp.clone(), now));
+            outcome = Appended::NewBatch;
+        }
+        if let Some(batch) = queue.back_mut() {
+            batch.size += size;
+            batch.records.push(record);
+            batch.deliveries.push(delivery);
+            batch.memory = match (batch.memory.take(), memory) {
+                (Some(mut held), Some(more)) => {
+                    held.merge(more);
+                    Some(held)
+                }
+                (held, more) => held.or(more),
+            };
+        }
+        outcome
+    }
+
+    /// Which partitions have a batch to send at `now`. With `flushing`,
+    /// every batch is ready regardless of `linger.ms`.
+    pub fn readiness(&self, now: Instant, flushing: bool) -> Readiness {
+        let mut out = Readiness::default();
+        let later = |t: Instant, out: &mut Readiness| {
+            out.next_check = Some(out.next_check.map_or(t, |n| n.min(t)));
+        };
+        for (tp, queue) in &self.queues {
+            let Some(front) = queue.front() else { continue };
+            if let Some(at) = front.retry_at
+                && at > now
+            {
+                later(at, &mut out);
+                continue;
+            }
+            let full = queue.len() > 1 || front.size >= self.rules.batch_size || front.closed;
+            let lingered = front.created + self.rules.linger;
+            if full || flushing || lingered <= now {
+                out.ready.push(tp.clone());
+            } else {
+                later(lingered, &mut out);
+            }
+        }
+        out
+    }
+
+    /// The first batch of `tp`, if any, without removing it.
+    pub fn front(&self, tp: &TopicPartition) -> Option<&ProducerBatch> {
+        self.queues.get(tp).and_then(VecDeque::front)
+    }
+
+    /// Removes and returns `tp`'s first batch; it takes no more records.
+    pub fn pop(&mut self, tp: &TopicPartition) -> Option<ProducerBatch> {
+        let queue = self.queues.get_mut(tp)?;
+        let mut batch = queue.pop_front()?;
+        if queue.is_empty() {
+            self.queues.shift_remove(tp);
+        }
+        batch.closed = true;
+        Some(batch)
+    }
+
+    /// Puts a batch back for a retry, ahead of every batch with a later
+    /// sequence (or none), so retries go out in sequence order.
+    pub fn requeue(&mut self, mut batch: ProducerBatch) {
+        batch.closed = true;
+        let queue = self.queues.entry(batch.tp.clone()).or_default();
+        let position = match batch.sequence {
+            Some(tag) => queue
+                .iter()
+                .position(|b| {
+                    b.sequence
+                        .is_none_or(|s| s.generation != tag.generation || s.base > tag.base)
+                })
+                .unwrap_or(queue.len()),
+            None => queue
+                .iter()
+                .position(|b| b.sequence.is_none())
+                .unwrap_or(queue.len()),
+        };
+        queue.insert(position, batch);
+    }
+
+    /// Removes every queued batch created before `deadline` (their
+    /// `delivery.timeout.ms` has passed).
+    pub fn expire(&mut self, deadline: Instant) -> Vec<ProducerBatch> {
+        let mut expired = Vec::new();
+        for queue in self.queues.values_mut() {
+            let (keep, gone): (VecDeque<_>, VecDeque<_>) =
+                queue.drain(..).partition(|b| b.created >= deadline);
+            *queue = keep;
+            expired.extend(gone);
+        }
+        self.queues.retain(|_, q| !q.is_empty());
+        expired
+    }
+
+    /// Whether no record is waiting.
+    pub fn is_empty(&self) -> bool {
+        self.queues.is_empty()
+    }
+
+    /// Removes everything, for closing the producer.
+    pub fn drain_all(&mut self) -> Vec<ProducerBatch> {
+        self.queues.drain(..).flat_map(|(_, q)| q).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rules(batch_size: usize, linger_ms: u64) -> BatchingRules {
+        BatchingRules {
+            batch_size,
+            linger: Duration::from_millis(linger_ms),
+        }
+    }
+
+    fn record(len: usize) -> RecordInput {
+        RecordInput {
+            timestamp: 0,
+            key: None,
+            value: Some(Bytes::from(vec![b'x'; len])),
+            headers: vec![],
+        }
+    }
+
+    fn delivery() -> (Delivery, oneshot::Receiver<Result<RecordMetadata>>) {
+        let (tx, rx) = oneshot::channel();
+        (Delivery { tx }, rx)
+    }
+
+    fn append(acc: &mut Accumulator, tp: &TopicPartition, len: usize, now: Instant) -> Appended {
+        acc.append(tp, record(len), delivery().0, None, now)
+    }
+
+    #[test]
+    fn records_share_a_batch_until_batch_size() {
+        let per_record = record_size_upper_bound(&record(100));
+        // Room for exactly three records.
+        let mut acc = Accumulator::new(rules(BatchHeader::LEN + 3 * per_record, 1000));
+        let tp = TopicPartition::new("t", 0);
+        let now = Instant::now();
+        assert_eq!(append(&mut acc, &tp, 100, now), Appended::NewBatch);
+        assert_eq!(append(&mut acc, &tp, 100, now), Appended::Joined);
+        assert!(!acc.would_start_batch(&tp, per_record));
+        assert_eq!(append(&mut acc, &tp, 100, now), Appended::Joined);
+        assert!(acc.would_start_batch(&tp, per_record));
+        // The full batch is ready at once, without waiting for linger.
+        assert_eq!(acc.readiness(now, false).ready, vec![tp.clone()]);
+        assert_eq!(append(&mut acc, &tp, 100, now), Appended::NewBatch);
+        assert_eq!(acc.pop(&tp).unwrap().record_count(), 3);
+        // The second batch is not full: it waits for linger.ms.
+        let r = acc.readiness(now, false);
+        assert!(r.ready.is_empty());
+        assert_eq!(r.next_check, Some(now + Duration::from_millis(1000)));
+    }
+
+    #[test]
+    fn linger_and_flush_make_batches_ready() {
+        let mut acc = Accumulator::new(rules(1 << 20, 50));
+        let (a, b) = (TopicPartition::new("t", 0), TopicPartition::new("t", 1));
+        let t0 = Instant::now();
+        append(&mut acc, &a, 10, t0);
+        append(&mut acc, &b, 10, t0 + Duration::from_millis(20));
+        assert!(
+            acc.readiness(t0 + Duration::from_millis(49), false)
+                .ready
+                .is_empty()
+        );
+        assert_eq!(
+            acc.readiness(t0 + Duration::from_millis(49), true)
+                .ready
+                .len(),
+            2,
+            "flush ignores linger"
+        );
+        let r = acc.readiness(t0 + Duration::from_millis(50), false);
+        assert_eq!(r.ready, vec![a.clone()]);
+        assert_eq!(r.next_check, Some(t0 + Duration::from_millis(70)));
+    }
+
+    #[test]
+    fn an_oversized_record_gets_its_own_batch() {
+        let mut acc = Accumulator::new(rules(200, 0));
+        let tp = TopicPartition::new("t", 0);
+        let now = Instant::now();
+        assert_eq!(append(&mut acc, &tp, 10_000, now), Appended::NewBatch);
+        assert_eq!(append(&mut acc, &tp, 10, now), Appended::NewBatch);
+        assert_eq!(acc.pop(&tp).unwrap().record_count(), 1);
+    }
+
+    #[test]
+    fn retries_go_back_in_sequence_order_and_take_no_new_records() {
+        let mut acc = Accumulator::new(rules(1 << 20, 0));
+        let tp = TopicPartition::new("t", 0);
+        let now = Instant::now();
+        let mut popped = Vec::new();
+        for seq in 0..3 {
+            append(&mut acc, &tp, 10, now);
+            let mut b = acc.pop(&tp).unwrap();
+            b.sequence = Some(SequenceTag {
+                generation: 0,
+                base: seq,
+            });
+            popped.push(b);
+        }
+        append(&mut acc, &tp, 10, now); // a new, unsequenced batch
+        // Failures come back in any order; the queue restores 0, 1, 2.
+        let third = popped.pop().unwrap();
+        acc.requeue(third);
+        let second = popped.pop().unwrap();
+        acc.requeue(second);
+        let first = popped.pop().unwrap();
+        acc.requeue(first);
+        let order: Vec<Option<i32>> = std::iter::from_fn(|| acc.pop(&tp))
+            .map(|b| b.sequence.map(|s| s.base))
+            .collect();
+        assert_eq!(order, vec![Some(0), Some(1), Some(2), None]);
+
+        // A requeued batch alone in its queue is closed to new records.
+        append(&mut acc, &tp, 10, now);
+        let b = acc.pop(&tp).unwrap();
+        acc.requeue(b);
+        assert!(acc.would_start_batch(&tp, 1));
+        assert_eq!(append(&mut acc, &tp, 10, now), Appended::NewBatch);
+    }
+
+    #[test]
+    fn retry_backoff_delays_readiness_and_expiry_removes_old_batches() {
+        let mut acc = Accumulator::new(rules(1 << 20, 0));
+        let tp = TopicPartition::new("t", 0);
+        let t0 = Instant::now();
+        append(&mut acc, &tp, 10, t0);
+        let mut b = acc.pop(&tp).unwrap();
+        b.retry_at = Some(t0 + Duration::from_millis(100));
+        acc.requeue(b);
+        let r = acc.readiness(t0, true);
+        assert!(r.ready.is_empty());
+        assert_eq!(r.next_check, Some(t0 + Duration::from_millis(100)));
+        assert_eq!(
+            acc.readiness(t0 + Duration::from_millis(100), false).ready,
+            vec![tp.clone()]
+        );
+
+        append(&mut acc, &tp, 10, t0 + Duration::from_secs(5));
+        let expired = acc.expire(t0 + Duration::from_secs(1));
+        assert_eq!(expired.len(), 1);
+        assert!(!acc.is_empty());
+        assert_eq!(acc.drain_all().len(), 1);
+        assert!(acc.is_empty());
+    }
+}
