@@ -1,0 +1,382 @@
+//! The public handle: build a cluster, connect to it, create topics and
+//! inject faults.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::io::DuplexStream;
+use tokio::net::TcpListener;
+use tokio::sync::{mpsc, oneshot};
+use tracing::info;
+
+use super::state::{Broker, ClusterConfig, ClusterState};
+use super::task::{Message, Shared, run};
+use crate::error::{Result, TestkitError};
+use crate::faults::{
+    ClientSelector, FaultId, Intercept, LoggedRequest, NetworkPartition, PartitionTarget,
+};
+use crate::log::PartitionLog;
+use crate::server::{AbortOnDrop, serve, spawn_listener};
+
+/// Buffer of each side of an in-memory connection.
+const DUPLEX_BUFFER: usize = 256 * 1024;
+
+/// Builds a [`Cluster`].
+#[derive(Debug, Clone, Default)]
+#[must_use]
+pub struct ClusterBuilder {
+    config: ClusterConfig,
+}
+
+impl ClusterBuilder {
+    /// Number of brokers (default 1), with ids `0..n`.
+    pub fn brokers(mut self, n: i32) -> Self {
+        self.config.brokers = n.max(1);
+        self
+    }
+
+    /// Listen on `port` for broker 0, `port + 1` for broker 1, and so on.
+    /// Without it every broker gets a free port.
+    pub fn port(mut self, port: u16) -> Self {
+        self.config.ports = vec![port];
+        self
+    }
+
+    /// Whether unknown topics are created on Metadata (default true).
+    pub fn auto_create_topics(mut self, enabled: bool) -> Self {
+        self.config.auto_create_topics = enabled;
+        self
+    }
+
+    /// Partitions of auto-created topics (default 1).
+    pub fn default_partitions(mut self, n: i32) -> Self {
+        self.config.default_partitions = n.max(1);
+        self
+    }
+
+    /// `group.initial.rebalance.delay.ms` (default 0).
+    pub fn group_initial_rebalance_delay(mut self, delay: Duration) -> Self {
+        self.config.group_initial_rebalance_delay = delay;
+        self
+    }
+
+    /// The cluster id reported by Metadata.
+    pub fn cluster_id(mut self, id: impl Into<String>) -> Self {
+        self.config.cluster_id = id.into();
+        self
+    }
+
+    /// Binds every broker's listener on 127.0.0.1 and starts the cluster.
+    ///
+    /// # Errors
+    /// [`TestkitError::Io`] if a port cannot be bound.
+    pub async fn build(self) -> Result<Cluster> {
+        let config = self.config;
+        let (tx, rx) = mpsc::unbounded_channel();
+        let shared = Arc::new(Shared::new(tx));
+        let mut brokers = Vec::new();
+        let mut addrs = Vec::new();
+        for id in 0..config.brokers {
+            let port = match config.ports.first() {
+                Some(&base) if base != 0 => base.saturating_add(u16::try_from(id).unwrap_or(0)),
+                _ => 0,
+            };
+            let listener = TcpListener::bind(("127.0.0.1", port)).await.map_err(|e| {
+                TestkitError::io(format!("binding broker {id} on 127.0.0.1:{port}"), e)
+            })?;
+            let addr = listener
+                .local_addr()
+                .map_err(|e| TestkitError::io("reading the bound address", e))?;
+            addrs.push(addr);
+            brokers.push(Broker {
+                id,
+                port: addr.port(),
+                alive: true,
+                listener: Some(spawn_listener(listener, id, shared.clone())),
+            });
+        }
+        info!(brokers = config.brokers, bootstrap = %join_addrs(&addrs), "weir-testkit cluster started");
+        let state = ClusterState::new(config, brokers, shared.clone());
+        let task = AbortOnDrop(tokio::spawn(run(state, rx)));
+        Ok(Cluster {
+            shared,
+            addrs,
+            _task: task,
+        })
+    }
+}
+
+fn join_addrs(addrs: &[SocketAddr]) -> String {
+    addrs
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// A running in-process Kafka cluster. Dropping it stops every broker.
+///
+/// ```
+/// # tokio_test_block_on(async {
+/// use weir_testkit::Cluster;
+/// let cluster = Cluster::builder().brokers(3).build().await?;
+/// cluster.create_topic("orders", 6, [("cleanup.policy", "compact")]).await?;
+/// assert_eq!(cluster.bootstrap().split(',').count(), 3);
+/// # Ok::<(), weir_testkit::TestkitError>(())
+/// # });
+/// # fn tokio_test_block_on<F: std::future::Future>(f: F) -> F::Output {
+/// #     tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(f)
+/// # }
+/// ```
+#[derive(Debug)]
+pub struct Cluster {
+    shared: Arc<Shared>,
+    addrs: Vec<SocketAddr>,
+    _task: AbortOnDrop,
+}
+
+impl Cluster {
+    /// A builder with one broker and Kafka's defaults.
+    pub fn builder() -> ClusterBuilder {
+        ClusterBuilder::default()
+    }
+
+    /// Comma-separated `127.0.0.1:port` of every broker, for `bootstrap.servers`.
+    pub fn bootstrap(&self) -> String {
+        join_addrs(&self.addrs)
+    }
+
+    /// The address of one broker.
+    pub fn broker_addr(&self, broker: i32) -> Option<SocketAddr> {
+        self.addrs.get(usize::try_from(broker).ok()?).copied()
+    }
+
+    /// Runs `f` on the cluster state inside the state task, between two
+    /// requests, and returns its result.
+    ///
+    /// # Errors
+    /// [`TestkitError::ClusterStopped`] if the state task is gone.
+    pub async fn with_state<R, F>(&self, f: F) -> Result<R>
+    where
+        R: Send + 'static,
+        F: FnOnce(&mut ClusterState) -> R + Send + 'static,
+    {
+        let (tx, rx) = oneshot::channel();
+        let cmd = Box::new(move |state: &mut ClusterState| {
+            let _ = tx.send(f(state));
+        });
+        self.shared
+            .tx
+            .send(Message::Control(cmd))
+            .map_err(|_| TestkitError::ClusterStopped)?;
+        rx.await.map_err(|_| TestkitError::ClusterStopped)
+    }
+
+    /// Opens an in-memory connection to a broker; the returned stream
+    /// speaks the Kafka protocol like a TCP connection would.
+    ///
+    /// # Errors
+    /// [`TestkitError::UnknownBroker`] if the broker does not exist or is down.
+    pub async fn connect_duplex(&self, broker: i32) -> Result<DuplexStream> {
+        if !self.with_state(move |s| s.broker_alive(broker)).await? {
+            return Err(TestkitError::UnknownBroker(broker));
+        }
+        let (client, server) = tokio::io::duplex(DUPLEX_BUFFER);
+        tokio::spawn(serve(server, broker, self.shared.clone()));
+        Ok(client)
+    }
+
+    /// Creates a topic with `partitions` partitions (replication factor 1)
+    /// and the given configs.
+    ///
+    /// # Errors
+    /// [`TestkitError::Kafka`] with the code CreateTopics would return.
+    pub async fn create_topic<K, V>(
+        &self,
+        name: &str,
+        partitions: i32,
+        configs: impl IntoIterator<Item = (K, V)>,
+    ) -> Result<()>
+    where
+        K: Into<String>,
+        V: Into<String>,
+    {
+        let configs: BTreeMap<String, String> = configs
+            .into_iter()
+            .map(|(k, v)| (k.into(), v.into()))
+            .collect();
+        let name = name.to_owned();
+        self.with_state(move |s| {
+            super::topic_configs::validate(&configs)
+                .and_then(|()| s.create_topic(&name, partitions, 1, configs).map(|_| ()))
+                .map_err(|(code, message)| TestkitError::Kafka {
+                    operation: format!("creating topic {name}"),
+                    code,
+                    message,
+                })
+        })
+        .await?
+    }
+
+    /// The log start offset, last stable offset and high watermark of a partition.
+    ///
+    /// # Errors
+    /// [`TestkitError::UnknownTopicOrPartition`].
+    pub async fn offsets(&self, topic: &str, partition: i32) -> Result<(i64, i64, i64)> {
+        let topic = topic.to_owned();
+        self.with_state(move |s| {
+            let log = &s
+                .partition(&topic, partition)
+                .ok_or_else(|| TestkitError::UnknownTopicOrPartition {
+                    topic: topic.clone(),
+                    partition,
+                })?
+                .log;
+            Ok((
+                log.log_start_offset(),
+                log.last_stable_offset(),
+                log.high_watermark(),
+            ))
+        })
+        .await?
+    }
+
+    /// Moves the leadership of a partition to broker `to`, bumping its
+    /// leader epoch; clients still sending to the old leader get
+    /// `NOT_LEADER_OR_FOLLOWER`.
+    ///
+    /// # Errors
+    /// [`TestkitError::UnknownTopicOrPartition`] or [`TestkitError::UnknownBroker`].
+    pub async fn move_leader(&self, topic: &str, partition: i32, to: i32) -> Result<()> {
+        let topic = topic.to_owned();
+        self.with_state(move |s| {
+            s.move_leader(&topic, partition, to).map_err(|code| {
+                if code == weir_protocol::kafka_protocol::ResponseError::BrokerNotAvailable.code() {
+                    TestkitError::UnknownBroker(to)
+                } else {
+                    TestkitError::UnknownTopicOrPartition {
+                        topic: topic.clone(),
+                        partition,
+                    }
+                }
+            })
+        })
+        .await?
+    }
+
+    /// Stops a broker: its listener closes and its connections drop. With
+    /// [`DataOnRestart::Lose`], the logs of the partitions it leads are
+    /// emptied, as if its disk were wiped.
+    ///
+    /// # Errors
+    /// [`TestkitError::UnknownBroker`].
+    pub async fn kill_broker(&self, broker: i32, data: DataOnRestart) -> Result<()> {
+        self.with_state(move |s| {
+            let b = usize::try_from(broker)
+                .ok()
+                .and_then(|i| s.brokers.get_mut(i))
+                .ok_or(TestkitError::UnknownBroker(broker))?;
+            b.alive = false;
+            b.listener = None;
+            s.connections.retain(|_, c| c.broker != broker);
+            if data == DataOnRestart::Lose {
+                for topic in s.topics.values_mut() {
+                    for p in topic.partitions.iter_mut().filter(|p| p.leader == broker) {
+                        p.log = PartitionLog::new();
+                    }
+                }
+            }
+            info!(broker, ?data, "broker killed");
+            Ok(())
+        })
+        .await?
+    }
+
+    /// Restarts a killed broker on the same port.
+    ///
+    /// # Errors
+    /// [`TestkitError::UnknownBroker`] or [`TestkitError::Io`] if the port
+    /// cannot be bound again.
+    pub async fn restart_broker(&self, broker: i32) -> Result<()> {
+        self.with_state(move |s| {
+            let shared = s.shared.clone();
+            let b = usize::try_from(broker)
+                .ok()
+                .and_then(|i| s.brokers.get_mut(i))
+                .ok_or(TestkitError::UnknownBroker(broker))?;
+            if b.alive {
+                return Ok(());
+            }
+            let std = std::net::TcpListener::bind(("127.0.0.1", b.port)).map_err(|e| {
+                TestkitError::io(format!("rebinding broker {broker} on port {}", b.port), e)
+            })?;
+            std.set_nonblocking(true)
+                .map_err(|e| TestkitError::io("set_nonblocking", e))?;
+            let listener = TcpListener::from_std(std)
+                .map_err(|e| TestkitError::io("registering listener", e))?;
+            b.listener = Some(spawn_listener(listener, broker, shared));
+            b.alive = true;
+            info!(broker, "broker restarted");
+            Ok(())
+        })
+        .await?
+    }
+
+    /// Installs a request intercept; remove it with [`Cluster::remove_fault`].
+    ///
+    /// # Errors
+    /// [`TestkitError::ClusterStopped`].
+    pub async fn intercept(&self, intercept: Intercept) -> Result<FaultId> {
+        self.with_state(move |s| s.faults.add_intercept(intercept))
+            .await
+    }
+
+    /// Cuts a client off from a broker or a coordinator until healed.
+    ///
+    /// # Errors
+    /// [`TestkitError::ClusterStopped`].
+    pub async fn partition_client(
+        &self,
+        client: ClientSelector,
+        target: PartitionTarget,
+    ) -> Result<FaultId> {
+        self.with_state(move |s| s.faults.add_partition(NetworkPartition { client, target }))
+            .await
+    }
+
+    /// Removes an intercept or heals a partition; returns whether it existed.
+    ///
+    /// # Errors
+    /// [`TestkitError::ClusterStopped`].
+    pub async fn remove_fault(&self, id: FaultId) -> Result<bool> {
+        self.with_state(move |s| s.faults.remove(id)).await
+    }
+
+    /// Removes every intercept and heals every partition.
+    ///
+    /// # Errors
+    /// [`TestkitError::ClusterStopped`].
+    pub async fn clear_faults(&self) -> Result<()> {
+        self.with_state(|s| s.faults.clear()).await
+    }
+
+    /// Every request received so far (up to the log's capacity), oldest first.
+    ///
+    /// # Errors
+    /// [`TestkitError::ClusterStopped`].
+    pub async fn requests(&self) -> Result<Vec<LoggedRequest>> {
+        self.with_state(|s| s.faults.requests().cloned().collect())
+            .await
+    }
+}
+
+/// What a killed broker keeps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DataOnRestart {
+    /// Its partitions keep their logs.
+    Keep,
+    /// The partitions it leads come back empty.
+    Lose,
+}

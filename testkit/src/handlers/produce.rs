@@ -1,0 +1,184 @@
+//! Produce: appends batches to partition logs, with the idempotent and
+//! transactional producer checks.
+
+use tracing::debug;
+use weir_protocol::kafka_protocol::ResponseError;
+use weir_protocol::kafka_protocol::messages::produce_request::PartitionProduceData;
+use weir_protocol::kafka_protocol::messages::produce_response::{
+    PartitionProduceResponse, TopicProduceResponse,
+};
+use weir_protocol::kafka_protocol::messages::{ProduceRequest, ProduceResponse, ResponseKind};
+use weir_protocol::records::split_batches;
+
+use super::{Reply, RequestContext};
+use crate::cluster::ClusterState;
+use crate::log::AppendError;
+
+/// Versions 3 (the first with record batch v2) to 9 (flexible). v10+ add
+/// leader hints (KIP-951) and v13 topic ids, which are not implemented.
+pub const VERSIONS: (i16, i16) = (3, 9);
+
+/// Appends every partition's batches and answers per partition; with
+/// acks=0 nothing is answered.
+pub fn handle(
+    state: &mut ClusterState,
+    ctx: &RequestContext,
+    req: ProduceRequest,
+    _version: i16,
+) -> Reply {
+    let acks = req.acks;
+    let transactional = req.transactional_id.is_some();
+    let mut responses = Vec::with_capacity(req.topic_data.len());
+    let mut appended_any = false;
+    for topic in req.topic_data {
+        let name = topic.name.0.to_string();
+        let partition_responses = topic
+            .partition_data
+            .into_iter()
+            .map(|p| {
+                let r = produce_partition(state, ctx, &name, p, acks, transactional);
+                appended_any |= r.error_code == 0;
+                r
+            })
+            .collect();
+        responses.push(
+            TopicProduceResponse::default()
+                .with_name(topic.name)
+                .with_partition_responses(partition_responses),
+        );
+    }
+    if appended_any {
+        super::fetch::wake_waiting(state, ctx.now);
+    }
+    if acks == 0 {
+        return Reply::NoResponse;
+    }
+    Reply::Now(ResponseKind::Produce(
+        ProduceResponse::default().with_responses(responses),
+    ))
+}
+
+fn error(index: i32, code: i16, message: &str) -> PartitionProduceResponse {
+    PartitionProduceResponse::default()
+        .with_index(index)
+        .with_error_code(code)
+        .with_base_offset(-1)
+        .with_error_message(Some(message.to_owned().into()))
+}
+
+fn produce_partition(
+    state: &mut ClusterState,
+    ctx: &RequestContext,
+    topic: &str,
+    data: PartitionProduceData,
+    acks: i16,
+    transactional: bool,
+) -> PartitionProduceResponse {
+    let index = data.index;
+    if !matches!(acks, -1..=1) {
+        return error(
+            index,
+            ResponseError::InvalidRequiredAcks.code(),
+            "acks must be -1, 0 or 1",
+        );
+    }
+    let Some(partition) = state.partition(topic, index) else {
+        return error(
+            index,
+            ResponseError::UnknownTopicOrPartition.code(),
+            "unknown topic or partition",
+        );
+    };
+    if partition.leader != ctx.broker_id {
+        return error(
+            index,
+            ResponseError::NotLeaderOrFollower.code(),
+            "this broker is not the leader",
+        );
+    }
+    let leader_epoch = partition.leader_epoch;
+    let Some(records) = data.records else {
+        return error(index, ResponseError::InvalidRecord.code(), "no records");
+    };
+    let batches = match split_batches(&records) {
+        Ok(b) if !b.is_empty() => b,
+        Ok(_) => {
+            return error(
+                index,
+                ResponseError::InvalidRecord.code(),
+                "no record batch",
+            );
+        }
+        Err(e) => {
+            debug!(topic, partition = index, error = %e, "corrupt produce");
+            return error(index, ResponseError::CorruptMessage.code(), &e.to_string());
+        }
+    };
+    for (h, _) in &batches {
+        if h.record_count == 0 {
+            return error(
+                index,
+                ResponseError::InvalidRecord.code(),
+                "a produced batch must hold records",
+            );
+        }
+        if h.is_transactional() != transactional {
+            // A transactional batch needs a transactional id in the request, and vice versa.
+            return error(
+                index,
+                ResponseError::InvalidRecord.code(),
+                "transactional bit and transactional id disagree",
+            );
+        }
+        if h.is_transactional()
+            && !state
+                .txns
+                .partition_in_txn(h.producer_id, h.producer_epoch, topic, index)
+        {
+            return error(
+                index,
+                ResponseError::InvalidTxnState.code(),
+                "the partition was not added to the producer's transaction",
+            );
+        }
+    }
+    let Some(partition) = state.partition_mut(topic, index) else {
+        return error(
+            index,
+            ResponseError::UnknownTopicOrPartition.code(),
+            "unknown topic or partition",
+        );
+    };
+    match partition.log.append_produced(batches, leader_epoch) {
+        Ok(appended) => {
+            if appended.duplicate {
+                debug!(
+                    topic,
+                    partition = index,
+                    offset = appended.base_offset,
+                    "duplicate batch acknowledged"
+                );
+            }
+            PartitionProduceResponse::default()
+                .with_index(index)
+                .with_base_offset(appended.base_offset)
+                .with_log_append_time_ms(-1)
+                .with_log_start_offset(partition.log.log_start_offset())
+        }
+        Err(AppendError::StaleEpoch) => error(
+            index,
+            ResponseError::InvalidProducerEpoch.code(),
+            "the producer's epoch is older than the current one",
+        ),
+        Err(AppendError::OutOfOrderSequence) => error(
+            index,
+            ResponseError::OutOfOrderSequenceNumber.code(),
+            "out of order sequence number",
+        ),
+        Err(AppendError::ControlBatchFromClient) => error(
+            index,
+            ResponseError::InvalidRecord.code(),
+            "clients may not write control batches",
+        ),
+    }
+}
