@@ -159,6 +159,46 @@ pub enum ClientError {
     /// The client, or the part of it used, was closed.
     #[error("closed")]
     Closed,
+    /// A record is larger than the producer may send.
+    #[error("{topic}: a record of about {size} bytes exceeds {setting} ({limit})")]
+    RecordTooLarge {
+        /// The record's topic.
+        topic: String,
+        /// The record's encoded size (upper bound).
+        size: usize,
+        /// The limit.
+        limit: usize,
+        /// The setting that sets the limit (`max.request.size`, `buffer.memory`).
+        setting: &'static str,
+    },
+    /// An operation waited longer than its setting allows.
+    #[error("{what}: timed out after {after:?} ({setting})")]
+    Timeout {
+        /// What was waited for.
+        what: String,
+        /// How long.
+        after: Duration,
+        /// The setting (`max.block.ms`, `delivery.timeout.ms`).
+        setting: &'static str,
+    },
+    /// A consumer's position is outside the log and `auto.offset.reset` is `none`.
+    #[error("{topic}-{partition}: offset {offset} is out of range and auto.offset.reset is none")]
+    OffsetOutOfRange {
+        /// The topic.
+        topic: String,
+        /// The partition.
+        partition: i32,
+        /// The position that was out of range.
+        offset: i64,
+    },
+    /// The consumer was asked about a partition it is not assigned.
+    #[error("{topic}-{partition} is not assigned to this consumer")]
+    NotAssigned {
+        /// The topic.
+        topic: String,
+        /// The partition.
+        partition: i32,
+    },
 }
 
 fn describe_server_error(
