@@ -6,5 +6,9 @@
 //! They do no I/O, so the state task can own them and unit tests can drive
 //! them without sockets.
 
+/// Identifies a request parked in a coordinator until it can be answered
+/// (the state task's request id).
+pub type RequestId = u64;
+
 pub mod group;
 pub mod txn;

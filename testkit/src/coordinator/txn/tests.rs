@@ -1,0 +1,247 @@
+//! Unit tests of the transaction coordinator, without sockets.
+
+use std::time::Duration;
+
+use tokio::time::Instant;
+use weir_protocol::kafka_protocol::ResponseError;
+use weir_protocol::records::ControlKind;
+
+use super::state::TxnState;
+use super::{TxnCoordinator, TxnEnd};
+
+const TID: &str = "tx-1";
+const TIMEOUT_MS: i32 = 60_000;
+
+fn tp(topic: &str, p: i32) -> (String, i32) {
+    (topic.to_owned(), p)
+}
+
+fn init(c: &mut TxnCoordinator) -> (i64, i16) {
+    c.init_producer_id(Some(TID), TIMEOUT_MS, None)
+        .expect("init")
+}
+
+fn state(c: &TxnCoordinator) -> TxnState {
+    c.transaction(TID).expect("known").state
+}
+
+#[test]
+fn a_new_id_gets_a_fresh_producer_and_a_reinit_bumps_the_epoch() {
+    let mut c = TxnCoordinator::new();
+    let (pid, epoch) = init(&mut c);
+    assert_eq!(epoch, 0);
+    let (other, _) = c.init_producer_id(Some("tx-2"), TIMEOUT_MS, None).unwrap();
+    assert_ne!(pid, other);
+    assert_eq!(init(&mut c), (pid, 1));
+    assert_eq!(state(&c), TxnState::Empty);
+    // Idempotent producers get a new id each time, at epoch 0.
+    let a = c.init_producer_id(None, TIMEOUT_MS, None).unwrap();
+    let b = c.init_producer_id(None, TIMEOUT_MS, None).unwrap();
+    assert_ne!(a.0, b.0);
+    assert_eq!((a.1, b.1), (0, 0));
+    assert!(c.take_ends().is_empty());
+}
+
+#[test]
+fn commit_emits_markers_for_partitions_and_groups_and_retries_are_idempotent() {
+    let mut c = TxnCoordinator::new();
+    let now = Instant::now();
+    let (pid, epoch) = init(&mut c);
+    assert!(!c.partition_in_txn(pid, epoch, "t", 0));
+    c.add_partitions(TID, pid, epoch, &[tp("t", 0), tp("t", 1)], now)
+        .unwrap();
+    c.add_offsets(TID, pid, epoch, "grp", now).unwrap();
+    assert_eq!(state(&c), TxnState::Ongoing);
+    assert!(c.partition_in_txn(pid, epoch, "t", 1));
+    assert!(!c.partition_in_txn(pid, epoch, "t", 2));
+    assert_eq!(
+        c.produce_error(pid, epoch, "t", 2),
+        Some(ResponseError::InvalidTxnState.code())
+    );
+    c.end_txn(TID, pid, epoch, true).unwrap();
+    let ends = c.take_ends();
+    assert_eq!(
+        ends,
+        vec![TxnEnd {
+            transactional_id: TID.into(),
+            producer_id: pid,
+            producer_epoch: epoch,
+            kind: ControlKind::Commit,
+            partitions: vec![tp("t", 0), tp("t", 1)],
+            groups: vec!["grp".into()],
+        }]
+    );
+    assert_eq!(state(&c), TxnState::CompleteCommit);
+    assert!(!c.partition_in_txn(pid, epoch, "t", 0));
+    // A retried commit succeeds without new markers; an abort now is invalid.
+    c.end_txn(TID, pid, epoch, true).unwrap();
+    assert!(c.take_ends().is_empty());
+    assert_eq!(
+        c.end_txn(TID, pid, epoch, false),
+        Err(ResponseError::InvalidTxnState)
+    );
+    // The next transaction aborts.
+    c.add_partitions(TID, pid, epoch, &[tp("t", 2)], now)
+        .unwrap();
+    c.end_txn(TID, pid, epoch, false).unwrap();
+    let ends = c.take_ends();
+    assert_eq!(
+        (ends[0].kind, ends[0].partitions.clone()),
+        (ControlKind::Abort, vec![tp("t", 2)])
+    );
+    assert_eq!(state(&c), TxnState::CompleteAbort);
+}
+
+#[test]
+fn a_second_producer_fences_the_first_and_aborts_its_open_transaction() {
+    let mut c = TxnCoordinator::new();
+    let now = Instant::now();
+    let (pid, epoch) = init(&mut c);
+    c.add_partitions(TID, pid, epoch, &[tp("t", 0)], now)
+        .unwrap();
+    // The new instance's InitProducerId aborts the open transaction with a
+    // bumped epoch and asks the client to retry...
+    assert_eq!(
+        c.init_producer_id(Some(TID), TIMEOUT_MS, None),
+        Err(ResponseError::ConcurrentTransactions)
+    );
+    let ends = c.take_ends();
+    assert_eq!(ends.len(), 1);
+    assert_eq!(
+        (ends[0].kind, ends[0].producer_epoch),
+        (ControlKind::Abort, epoch + 1)
+    );
+    assert_eq!(ends[0].partitions, vec![tp("t", 0)]);
+    assert_eq!(state(&c), TxnState::CompleteAbort);
+    // ...which bumps once more.
+    let (pid2, epoch2) = init(&mut c);
+    assert_eq!((pid2, epoch2), (pid, epoch + 2));
+    // The zombie is fenced everywhere.
+    assert_eq!(
+        c.add_partitions(TID, pid, epoch, &[tp("t", 0)], now),
+        Err(ResponseError::ProducerFenced)
+    );
+    assert_eq!(
+        c.add_offsets(TID, pid, epoch, "g", now),
+        Err(ResponseError::ProducerFenced)
+    );
+    assert_eq!(
+        c.end_txn(TID, pid, epoch, true),
+        Err(ResponseError::ProducerFenced)
+    );
+    assert_eq!(
+        c.check_offset_commit(TID, pid, epoch, "g"),
+        Err(ResponseError::ProducerFenced)
+    );
+    assert_eq!(
+        c.produce_error(pid, epoch, "t", 0),
+        Some(ResponseError::InvalidProducerEpoch.code())
+    );
+    assert!(c.check_offset_commit(TID, pid2, epoch2, "g").is_ok());
+}
+
+#[test]
+fn the_transaction_timeout_aborts_exactly_on_time_and_fences_the_producer() {
+    let mut c = TxnCoordinator::new();
+    let t0 = Instant::now();
+    let (pid, epoch) = init(&mut c);
+    c.add_partitions(TID, pid, epoch, &[tp("t", 0)], t0)
+        .unwrap();
+    let deadline = t0 + Duration::from_millis(u64::try_from(TIMEOUT_MS).unwrap());
+    assert_eq!(c.take_wakeups(), vec![(deadline, TID.to_owned())]);
+    // Adding more partitions does not restart the clock.
+    c.add_partitions(TID, pid, epoch, &[tp("t", 1)], t0 + Duration::from_secs(30))
+        .unwrap();
+    assert!(c.take_wakeups().is_empty());
+    c.on_timer(TID, deadline - Duration::from_millis(1));
+    assert_eq!(state(&c), TxnState::Ongoing);
+    c.on_timer(TID, deadline);
+    assert_eq!(state(&c), TxnState::CompleteAbort);
+    let ends = c.take_ends();
+    assert_eq!(
+        (ends[0].kind, ends[0].producer_epoch),
+        (ControlKind::Abort, epoch + 1)
+    );
+    assert_eq!(ends[0].partitions, vec![tp("t", 0), tp("t", 1)]);
+    assert_eq!(
+        c.end_txn(TID, pid, epoch, true),
+        Err(ResponseError::ProducerFenced)
+    );
+    // A timer for a transaction that has ended since does nothing.
+    c.on_timer(TID, deadline + Duration::from_secs(60));
+    assert!(c.take_ends().is_empty());
+}
+
+#[test]
+fn requests_with_bad_ids_states_or_timeouts_get_kafkas_errors() {
+    let mut c = TxnCoordinator::new();
+    assert_eq!(
+        c.init_producer_id(Some(""), TIMEOUT_MS, None),
+        Err(ResponseError::InvalidRequest)
+    );
+    assert_eq!(
+        c.init_producer_id(Some(TID), 0, None),
+        Err(ResponseError::InvalidTransactionTimeout)
+    );
+    assert_eq!(
+        c.init_producer_id(Some(TID), 900_001, None),
+        Err(ResponseError::InvalidTransactionTimeout)
+    );
+    let now = Instant::now();
+    assert_eq!(
+        c.add_partitions("nope", 1, 0, &[tp("t", 0)], now),
+        Err(ResponseError::InvalidProducerIdMapping)
+    );
+    let (pid, epoch) = init(&mut c);
+    assert_eq!(
+        c.add_partitions(TID, pid + 1, epoch, &[tp("t", 0)], now),
+        Err(ResponseError::InvalidProducerIdMapping)
+    );
+    assert_eq!(
+        c.end_txn(TID, pid, epoch, true),
+        Err(ResponseError::InvalidTxnState),
+        "nothing to end"
+    );
+    assert_eq!(
+        c.end_txn(TID, pid, epoch + 1, true),
+        Err(ResponseError::ProducerFenced),
+        "a future epoch is not ours either"
+    );
+}
+
+#[test]
+fn kip360_reinit_with_the_current_epoch_bumps_a_retry_gets_the_same_and_a_stranger_is_fenced() {
+    let mut c = TxnCoordinator::new();
+    let (pid, epoch) = init(&mut c);
+    let bumped = c
+        .init_producer_id(Some(TID), TIMEOUT_MS, Some((pid, epoch)))
+        .unwrap();
+    assert_eq!(bumped, (pid, epoch + 1));
+    // The answer was lost; the client retries with what it had.
+    assert_eq!(
+        c.init_producer_id(Some(TID), TIMEOUT_MS, Some((pid, epoch)))
+            .unwrap(),
+        bumped
+    );
+    assert_eq!(
+        c.init_producer_id(Some(TID), TIMEOUT_MS, Some((pid + 7, 0))),
+        Err(ResponseError::ProducerFenced)
+    );
+    assert_eq!(
+        c.init_producer_id(Some(TID), TIMEOUT_MS, Some((pid, epoch + 5))),
+        Err(ResponseError::ProducerFenced)
+    );
+}
+
+#[test]
+fn an_exhausted_epoch_rotates_the_producer_id() {
+    let mut c = TxnCoordinator::new();
+    let (pid, _) = init(&mut c);
+    if let Some(meta) = c.txns.get_mut(TID) {
+        meta.producer_epoch = i16::MAX - 1;
+    }
+    let (new_pid, epoch) = init(&mut c);
+    assert_ne!(new_pid, pid);
+    assert_eq!(epoch, 0);
+    assert_eq!(c.transaction(TID).unwrap().last_producer_id, pid);
+}
