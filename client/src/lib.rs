@@ -15,6 +15,8 @@ pub mod config;
 pub mod connection;
 pub mod consumer;
 mod error;
+#[cfg(test)]
+mod fake_broker;
 pub mod kerror;
 pub mod producer;
 

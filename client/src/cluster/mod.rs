@@ -308,10 +308,8 @@ impl Cluster {
     {
         let conn = self.connection(broker, lane).await?;
         let result = conn.request(req).await;
-        if let Err(e) = &result {
-            if e.is_network() {
-                self.inner.pool.discard(broker, lane, &conn).await;
-            }
+        if result.as_ref().is_err_and(ClientError::is_network) {
+            self.inner.pool.discard(broker, lane, &conn).await;
         }
         result
     }

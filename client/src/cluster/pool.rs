@@ -21,10 +21,12 @@ struct Slot {
     messenger: Option<Arc<Messenger>>,
 }
 
+type SharedSlot = Arc<AsyncMutex<Slot>>;
+
 /// The connections of one client.
 pub(crate) struct Pool {
     options: ConnectOptions,
-    slots: Mutex<HashMap<(BrokerId, Lane), Arc<AsyncMutex<Slot>>>>,
+    slots: Mutex<HashMap<(BrokerId, Lane), SharedSlot>>,
     /// One throttle per broker, shared by its lanes: the broker's quota is
     /// per client, not per connection.
     throttles: Mutex<HashMap<BrokerId, Arc<Throttle>>>,
@@ -58,10 +60,11 @@ impl Pool {
     ) -> Result<Arc<Messenger>> {
         let slot = self.slot(broker, lane);
         let mut slot = slot.lock().await;
-        if let Some(m) = &slot.messenger {
-            if m.is_usable() && slot.addr == addr {
-                return Ok(Arc::clone(m));
-            }
+        if let Some(m) = &slot.messenger
+            && m.is_usable()
+            && slot.addr == addr
+        {
+            return Ok(Arc::clone(m));
         }
         slot.messenger = None;
         let mut options = self.options.clone();

@@ -1,1 +1,554 @@
-//! Tests.
+//! Messenger tests over `tokio::io::duplex`: the fake broker sends exactly the
+//! bytes each case needs, good or hostile.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::{BufMut, BytesMut};
+use tokio::io::DuplexStream;
+use weir_protocol::ApiKey;
+use weir_protocol::ProtocolError;
+use weir_protocol::kafka_protocol::messages::metadata_request::MetadataRequestTopic;
+use weir_protocol::kafka_protocol::messages::{
+    ApiVersionsResponse, MetadataRequest, MetadataResponse, RequestKind, ResponseKind,
+    SaslAuthenticateResponse, SaslHandshakeResponse, TopicName,
+};
+use weir_protocol::kafka_protocol::protocol::StrBytes;
+use weir_protocol::versions::BrokerVersions;
+
+use super::*;
+use crate::fake_broker::{FakeConn, all_api_versions};
+
+fn options() -> MessengerOptions {
+    MessengerOptions {
+        request_timeout: Duration::from_secs(5),
+        max_frame_size: 1024 * 1024,
+        ..MessengerOptions::default()
+    }
+}
+
+/// A messenger whose broker speaks Metadata v0..=`metadata_max`.
+fn pair(metadata_max: i16, opts: MessengerOptions) -> (Messenger, FakeConn<DuplexStream>) {
+    let (client, server) = tokio::io::duplex(64 * 1024);
+    let mut m = Messenger::start(client, "fake:9092", opts);
+    m.set_versions(BrokerVersions::from_ranges([(
+        ApiKey::Metadata,
+        0,
+        metadata_max,
+    )]));
+    (m, FakeConn::new(server))
+}
+
+fn metadata_with_cluster_id(id: &str) -> ResponseKind {
+    ResponseKind::Metadata(
+        MetadataResponse::default().with_cluster_id(Some(StrBytes::from_string(id.to_owned()))),
+    )
+}
+
+fn cluster_id(r: &MetadataResponse) -> String {
+    r.cluster_id
+        .as_ref()
+        .map(|c| c.to_string())
+        .unwrap_or_default()
+}
+
+fn assert_poisoned_by(err: &ClientError, check: impl Fn(&ClientError) -> bool) {
+    match err {
+        ClientError::Poisoned { cause, .. } => assert!(check(cause), "unexpected cause: {cause}"),
+        other => panic!("expected a poisoned connection, got {other}"),
+    }
+}
+
+#[tokio::test]
+async fn concurrent_requests_are_matched_by_correlation_id() {
+    let (m, mut server) = pair(12, options());
+    let server = tokio::spawn(async move {
+        let mut reqs = Vec::new();
+        for _ in 0..3 {
+            reqs.push(server.next_request().await.unwrap());
+        }
+        // Answer in reverse order, each with the id it was asked with.
+        for req in reqs.iter().rev() {
+            assert_eq!(req.version, 12);
+            let name = match &req.body {
+                RequestKind::Metadata(r) => r.topics.as_ref().unwrap()[0]
+                    .name
+                    .clone()
+                    .unwrap()
+                    .0
+                    .to_string(),
+                other => panic!("{other:?}"),
+            };
+            server.respond(req, metadata_with_cluster_id(&name)).await;
+        }
+        server
+    });
+    let ask = |name: &str| {
+        MetadataRequest::default().with_topics(Some(vec![
+            MetadataRequestTopic::default()
+                .with_name(Some(TopicName(StrBytes::from_string(name.to_owned())))),
+        ]))
+    };
+    let (a, b, c) = (ask("a"), ask("b"), ask("c"));
+    let (ra, rb, rc) = tokio::join!(m.request(&a), m.request(&b), m.request(&c));
+    assert_eq!(cluster_id(&ra.unwrap()), "a");
+    assert_eq!(cluster_id(&rb.unwrap()), "b");
+    assert_eq!(cluster_id(&rc.unwrap()), "c");
+    assert!(m.is_usable());
+    server.await.unwrap();
+}
+
+#[tokio::test]
+async fn unknown_correlation_id_poisons_pending_and_future_requests() {
+    let (m, mut server) = pair(12, options());
+    let server = tokio::spawn(async move {
+        let req = server.next_request().await.unwrap();
+        server
+            .respond_as(
+                ApiKey::Metadata,
+                12,
+                req.header.correlation_id + 1000,
+                metadata_with_cluster_id("x"),
+            )
+            .await;
+        server
+    });
+    let err = m.request(&MetadataRequest::default()).await.unwrap_err();
+    assert_poisoned_by(&err, |c| {
+        matches!(c, ClientError::UnknownCorrelationId { .. })
+    });
+    let _server = server.await.unwrap();
+    let again = m.request(&MetadataRequest::default()).await.unwrap_err();
+    assert_poisoned_by(&again, |c| {
+        matches!(c, ClientError::UnknownCorrelationId { .. })
+    });
+    assert!(!m.is_usable());
+}
+
+#[tokio::test]
+async fn truncated_frame_poisons_with_a_typed_error() {
+    let (m, mut server) = pair(12, options());
+    let server = tokio::spawn(async move {
+        let _req = server.next_request().await.unwrap();
+        let mut bytes = BytesMut::new();
+        bytes.put_i32(100);
+        bytes.put_slice(&[0u8; 10]);
+        server.write_raw(&bytes).await;
+        // Hang up mid-frame.
+        drop(server);
+    });
+    let err = m.request(&MetadataRequest::default()).await.unwrap_err();
+    assert_poisoned_by(&err, |c| {
+        matches!(
+            c,
+            ClientError::Protocol {
+                source: ProtocolError::Truncated {
+                    needed: 104,
+                    available: 14,
+                    ..
+                },
+                ..
+            }
+        )
+    });
+    server.await.unwrap();
+}
+
+#[tokio::test]
+async fn oversize_length_poisons_before_anything_is_allocated() {
+    let (m, mut server) = pair(12, options());
+    let server = tokio::spawn(async move {
+        let _req = server.next_request().await.unwrap();
+        // 1.9 GiB announced; the limit is 1 MiB. The connection must fail at
+        // once rather than wait for (or reserve) the body.
+        server.write_raw(&2_000_000_000i32.to_be_bytes()).await;
+        server
+    });
+    let err = m.request(&MetadataRequest::default()).await.unwrap_err();
+    assert_poisoned_by(&err, |c| {
+        matches!(
+            c,
+            ClientError::Protocol {
+                source: ProtocolError::FrameTooLarge {
+                    size: 2_000_000_000,
+                    max: 1_048_576
+                },
+                ..
+            }
+        )
+    });
+    let _server = server.await.unwrap();
+}
+
+#[tokio::test]
+async fn negative_length_and_short_frame_poison() {
+    for bytes in [(-1i32).to_be_bytes().to_vec(), vec![0, 0, 0, 2, 0, 0]] {
+        let (m, mut server) = pair(12, options());
+        let server = tokio::spawn(async move {
+            let _req = server.next_request().await.unwrap();
+            server.write_raw(&bytes).await;
+            server
+        });
+        let err = m.request(&MetadataRequest::default()).await.unwrap_err();
+        assert_poisoned_by(&err, |c| matches!(c, ClientError::Protocol { .. }));
+        let _server = server.await.unwrap();
+    }
+}
+
+#[tokio::test]
+async fn array_count_larger_than_the_bytes_is_a_typed_error_not_an_allocation() {
+    // Metadata v1 (non-flexible): header = correlation id; body starts with
+    // the brokers array, whose i32 count claims 2^31-1 entries in 0 bytes.
+    let (m, mut server) = pair(1, options());
+    let server = tokio::spawn(async move {
+        let req = server.next_request().await.unwrap();
+        assert_eq!(req.version, 1);
+        let mut frame = BytesMut::new();
+        frame.put_i32(8);
+        frame.put_i32(req.header.correlation_id);
+        frame.put_i32(i32::MAX);
+        server.write_raw(&frame).await;
+        server
+    });
+    let err = m.request(&MetadataRequest::default()).await.unwrap_err();
+    assert_poisoned_by(&err, |c| {
+        matches!(
+            c,
+            ClientError::Protocol {
+                source: ProtocolError::Decode {
+                    api: ApiKey::Metadata,
+                    version: 1,
+                    ..
+                },
+                ..
+            }
+        )
+    });
+    assert!(
+        !m.is_usable(),
+        "a response that does not decode poisons the connection"
+    );
+    let _server = server.await.unwrap();
+}
+
+#[tokio::test]
+async fn peer_hangup_fails_every_pending_request() {
+    let (m, mut server) = pair(12, options());
+    let server = tokio::spawn(async move {
+        let _a = server.next_request().await.unwrap();
+        let _b = server.next_request().await.unwrap();
+        drop(server);
+    });
+    let (a, b) = (MetadataRequest::default(), MetadataRequest::default());
+    let (ra, rb) = tokio::join!(m.request(&a), m.request(&b));
+    for err in [ra.unwrap_err(), rb.unwrap_err()] {
+        assert_poisoned_by(&err, |c| matches!(c, ClientError::ConnectionClosed { .. }));
+        assert!(err.is_retriable() && err.is_network());
+    }
+    server.await.unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_dropped_request_leaves_whole_frames_and_its_late_response_is_discarded() {
+    // A tiny pipe: a large request cannot be written in one go, so the writer
+    // is mid-frame when the caller gives up.
+    let (client, server) = tokio::io::duplex(256);
+    let mut m = Messenger::start(client, "fake:9092", options());
+    m.set_versions(BrokerVersions::from_ranges([(ApiKey::Metadata, 0, 12)]));
+    let mut server = FakeConn::new(server);
+    let big = MetadataRequest::default().with_topics(Some(
+        (0..500)
+            .map(|i| {
+                MetadataRequestTopic::default()
+                    .with_name(Some(TopicName(StrBytes::from_string(format!("topic-{i}")))))
+            })
+            .collect(),
+    ));
+    let dropped = tokio::time::timeout(Duration::from_millis(20), m.request(&big)).await;
+    assert!(
+        dropped.is_err(),
+        "the server has not read anything yet, so no response"
+    );
+
+    let server = tokio::spawn(async move {
+        let first = server.next_request().await.unwrap();
+        match &first.body {
+            RequestKind::Metadata(r) => {
+                assert_eq!(r.topics.as_ref().unwrap().len(), 500, "frame arrived whole")
+            }
+            other => panic!("{other:?}"),
+        }
+        let second = server.next_request().await.unwrap();
+        // The abandoned request's response comes first: it must be discarded.
+        server
+            .respond(&first, metadata_with_cluster_id("late"))
+            .await;
+        server
+            .respond(&second, metadata_with_cluster_id("second"))
+            .await;
+        server
+    });
+    let second = m.request(&MetadataRequest::default()).await.unwrap();
+    assert_eq!(cluster_id(&second), "second");
+    assert!(
+        m.is_usable(),
+        "a response to an abandoned request is not an unknown id"
+    );
+    let _server = server.await.unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn request_timeout_is_typed_and_keeps_the_connection() {
+    let (m, mut server) = pair(12, options());
+    let timeout = Duration::from_secs(2);
+    let err = m
+        .request_at(12, &MetadataRequest::default(), timeout)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, ClientError::RequestTimeout { api: ApiKey::Metadata, after, .. } if after == timeout),
+        "{err}"
+    );
+    assert!(err.is_retriable());
+    let first = server.next_request().await.unwrap();
+    server
+        .respond(&first, metadata_with_cluster_id("late"))
+        .await;
+    let server = tokio::spawn(async move {
+        let req = server.next_request().await.unwrap();
+        server.respond(&req, metadata_with_cluster_id("ok")).await;
+        server
+    });
+    assert_eq!(
+        cluster_id(&m.request(&MetadataRequest::default()).await.unwrap()),
+        "ok"
+    );
+    let _server = server.await.unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn throttle_time_delays_the_next_request() {
+    let (m, mut server) = pair(12, options());
+    let server = tokio::spawn(async move {
+        let req = server.next_request().await.unwrap();
+        server
+            .respond(
+                &req,
+                ResponseKind::Metadata(MetadataResponse::default().with_throttle_time_ms(700)),
+            )
+            .await;
+        let req = server.next_request().await.unwrap();
+        let arrived = tokio::time::Instant::now();
+        server
+            .respond(&req, metadata_with_cluster_id("after"))
+            .await;
+        arrived
+    });
+    let start = tokio::time::Instant::now();
+    m.request(&MetadataRequest::default()).await.unwrap();
+    m.request(&MetadataRequest::default()).await.unwrap();
+    let arrived = server.await.unwrap();
+    assert!(
+        arrived - start >= Duration::from_millis(700),
+        "sent after {:?}",
+        arrived - start
+    );
+}
+
+#[tokio::test]
+async fn handshake_learns_versions_and_falls_back_from_unsupported_version() {
+    // A broker that answers ApiVersions v3 normally.
+    let (client, server) = tokio::io::duplex(64 * 1024);
+    let mut m = Messenger::start(client, "fake", options());
+    let mut server = FakeConn::new(server);
+    let s = tokio::spawn(async move {
+        crate::fake_broker::serve_api_versions(&mut server).await;
+        server
+    });
+    handshake::negotiate_versions(&mut m).await.unwrap();
+    assert_eq!(
+        m.version_for::<MetadataRequest>().unwrap(),
+        12,
+        "capped at 12"
+    );
+    let _ = s.await.unwrap();
+
+    // An old broker: answers in the v0 layout with UNSUPPORTED_VERSION.
+    let (client, server) = tokio::io::duplex(64 * 1024);
+    let mut m = Messenger::start(client, "old", options());
+    let mut server = FakeConn::new(server);
+    let s = tokio::spawn(async move {
+        let req = server.next_request().await.unwrap();
+        let body = all_api_versions().with_error_code(35);
+        server
+            .respond_as(
+                ApiKey::ApiVersions,
+                0,
+                req.header.correlation_id,
+                ResponseKind::ApiVersions(body),
+            )
+            .await;
+        server
+    });
+    handshake::negotiate_versions(&mut m).await.unwrap();
+    assert!(m.versions().range(ApiKey::Fetch).is_some());
+    let _ = s.await.unwrap();
+
+    // A broker that refuses outright.
+    let (client, server) = tokio::io::duplex(64 * 1024);
+    let mut m = Messenger::start(client, "bad", options());
+    let mut server = FakeConn::new(server);
+    let s = tokio::spawn(async move {
+        let req = server.next_request().await.unwrap();
+        let body = ApiVersionsResponse::default().with_error_code(-1);
+        server.respond(&req, ResponseKind::ApiVersions(body)).await;
+        server
+    });
+    let err = handshake::negotiate_versions(&mut m).await.unwrap_err();
+    assert_eq!(err.kafka_code().unwrap().name, "UNKNOWN_SERVER_ERROR");
+    let _ = s.await.unwrap();
+}
+
+/// Serves SASL/PLAIN, accepting only alice/secret.
+async fn serve_sasl<S>(server: &mut FakeConn<S>)
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
+    let req = server.next_request().await.unwrap();
+    match &req.body {
+        RequestKind::SaslHandshake(h) => assert_eq!(h.mechanism.as_str(), "PLAIN"),
+        other => panic!("{other:?}"),
+    }
+    let hs =
+        SaslHandshakeResponse::default().with_mechanisms(vec![StrBytes::from_static_str("PLAIN")]);
+    server.respond(&req, ResponseKind::SaslHandshake(hs)).await;
+    let req = server.next_request().await.unwrap();
+    let RequestKind::SaslAuthenticate(auth) = &req.body else {
+        panic!("{:?}", req.body)
+    };
+    let ok = &auth.auth_bytes[..] == b"\0alice\0secret";
+    let resp = if ok {
+        SaslAuthenticateResponse::default()
+    } else {
+        SaslAuthenticateResponse::default()
+            .with_error_code(58)
+            .with_error_message(Some(StrBytes::from_static_str("bad credentials")))
+    };
+    server
+        .respond(&req, ResponseKind::SaslAuthenticate(resp))
+        .await;
+}
+
+#[tokio::test]
+async fn sasl_plain_sends_the_rfc4616_token_and_reports_refusal() {
+    for (password, ok) in [("secret", true), ("wrong", false)] {
+        let (client, server) = tokio::io::duplex(64 * 1024);
+        let mut m = Messenger::start(client, "fake", options());
+        let mut server = FakeConn::new(server);
+        let s = tokio::spawn(async move {
+            crate::fake_broker::serve_api_versions(&mut server).await;
+            serve_sasl(&mut server).await;
+            server
+        });
+        handshake::negotiate_versions(&mut m).await.unwrap();
+        let creds = SaslConfig {
+            username: "alice".into(),
+            password: password.into(),
+        };
+        let result = handshake::authenticate_plain(&m, &creds).await;
+        if ok {
+            result.unwrap();
+        } else {
+            let err = result.unwrap_err();
+            assert!(matches!(err, ClientError::Sasl { .. }), "{err}");
+            assert!(err.to_string().contains("bad credentials"), "{err}");
+        }
+        let _ = s.await.unwrap();
+    }
+}
+
+#[tokio::test]
+async fn tls_and_sasl_over_a_loopback_listener() {
+    use tokio_rustls::rustls;
+
+    let cert = rcgen::generate_simple_self_signed(vec!["localhost".to_owned()]).unwrap();
+    let cert_pem = cert.cert.pem();
+    let server_config = rustls::ServerConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_no_client_auth()
+    .with_single_cert(
+        vec![cert.cert.der().clone()],
+        rustls::pki_types::PrivateKeyDer::Pkcs8(cert.signing_key.serialize_der().into()),
+    )
+    .unwrap();
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(server_config));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let server = tokio::spawn(async move {
+        for _ in 0..2 {
+            let (tcp, _) = listener.accept().await.unwrap();
+            let Ok(tls) = acceptor.accept(tcp).await else {
+                continue; // the client refused our certificate
+            };
+            let mut conn = FakeConn::new(tls);
+            crate::fake_broker::serve_api_versions(&mut conn).await;
+            serve_sasl(&mut conn).await;
+            let req = conn.next_request().await.unwrap();
+            conn.respond(&req, metadata_with_cluster_id("over-tls"))
+                .await;
+        }
+    });
+
+    // Trusting the certificate: connects, authenticates, carries requests.
+    let options = ConnectOptions {
+        tls: Some(
+            TlsConfig::from_ca_pem(cert_pem.as_bytes())
+                .unwrap()
+                .with_server_name("localhost"),
+        ),
+        sasl: Some(SaslConfig {
+            username: "alice".into(),
+            password: "secret".into(),
+        }),
+        connect_timeout: Some(Duration::from_secs(10)),
+        ..ConnectOptions::default()
+    };
+    let m = connect(&addr.to_string(), &options).await.unwrap();
+    assert_eq!(
+        cluster_id(&m.request(&MetadataRequest::default()).await.unwrap()),
+        "over-tls"
+    );
+
+    // Trusting another CA: the handshake fails with a typed error.
+    let other = rcgen::generate_simple_self_signed(vec!["localhost".to_owned()]).unwrap();
+    let options = ConnectOptions {
+        tls: Some(
+            TlsConfig::from_ca_pem(other.cert.pem().as_bytes())
+                .unwrap()
+                .with_server_name("localhost"),
+        ),
+        ..ConnectOptions::default()
+    };
+    let err = connect(&addr.to_string(), &options).await.unwrap_err();
+    assert!(
+        matches!(
+            err,
+            ClientError::Io {
+                context: "TLS handshake",
+                ..
+            }
+        ),
+        "{err}"
+    );
+    server.await.unwrap();
+}
+
+#[test]
+fn host_of_strips_port_and_brackets() {
+    assert_eq!(host_of("localhost:9092"), "localhost");
+    assert_eq!(host_of("[::1]:9092"), "::1");
+    assert_eq!(host_of("10.0.0.1:1"), "10.0.0.1");
+}
