@@ -12,17 +12,32 @@
 //! returns [`Reply::Later`]; whoever completes it later calls
 //! [`ClusterState::respond`].
 
+pub mod add_offsets_to_txn;
+pub mod add_partitions_to_txn;
 pub mod api_versions;
 pub mod create_partitions;
 pub mod create_topics;
+pub mod delete_groups;
 pub mod delete_records;
 pub mod delete_topics;
 pub mod describe_configs;
+pub mod describe_groups;
+pub mod end_txn;
 pub mod error_response;
 pub mod fetch;
+pub mod find_coordinator;
+pub mod heartbeat;
+pub mod init_producer_id;
+pub mod join_group;
+pub mod leave_group;
+pub mod list_groups;
 pub mod list_offsets;
 pub mod metadata;
+pub mod offset_commit;
+pub mod offset_fetch;
 pub mod produce;
+pub mod sync_group;
+pub mod txn_offset_commit;
 
 use tokio::time::Instant;
 use tracing::debug;
@@ -87,6 +102,21 @@ pub fn supported_versions() -> Vec<(ApiKey, i16, i16)> {
         (ApiKey::CreatePartitions, create_partitions::VERSIONS),
         (ApiKey::DeleteRecords, delete_records::VERSIONS),
         (ApiKey::DescribeConfigs, describe_configs::VERSIONS),
+        (ApiKey::FindCoordinator, find_coordinator::VERSIONS),
+        (ApiKey::JoinGroup, join_group::VERSIONS),
+        (ApiKey::SyncGroup, sync_group::VERSIONS),
+        (ApiKey::Heartbeat, heartbeat::VERSIONS),
+        (ApiKey::LeaveGroup, leave_group::VERSIONS),
+        (ApiKey::OffsetCommit, offset_commit::VERSIONS),
+        (ApiKey::OffsetFetch, offset_fetch::VERSIONS),
+        (ApiKey::DescribeGroups, describe_groups::VERSIONS),
+        (ApiKey::ListGroups, list_groups::VERSIONS),
+        (ApiKey::DeleteGroups, delete_groups::VERSIONS),
+        (ApiKey::InitProducerId, init_producer_id::VERSIONS),
+        (ApiKey::AddPartitionsToTxn, add_partitions_to_txn::VERSIONS),
+        (ApiKey::AddOffsetsToTxn, add_offsets_to_txn::VERSIONS),
+        (ApiKey::TxnOffsetCommit, txn_offset_commit::VERSIONS),
+        (ApiKey::EndTxn, end_txn::VERSIONS),
     ];
     table
         .into_iter()
@@ -129,12 +159,26 @@ pub fn dispatch(state: &mut ClusterState, ctx: &RequestContext, body: RequestKin
         RequestKind::CreatePartitions(r) => create_partitions::handle(state, ctx, r, v),
         RequestKind::DeleteRecords(r) => delete_records::handle(state, ctx, r, v),
         RequestKind::DescribeConfigs(r) => describe_configs::handle(state, ctx, r, v),
+        RequestKind::FindCoordinator(r) => find_coordinator::handle(state, ctx, r, v),
+        RequestKind::JoinGroup(r) => join_group::handle(state, ctx, r, v),
+        RequestKind::SyncGroup(r) => sync_group::handle(state, ctx, r, v),
+        RequestKind::Heartbeat(r) => heartbeat::handle(state, ctx, r, v),
+        RequestKind::LeaveGroup(r) => leave_group::handle(state, ctx, r, v),
+        RequestKind::OffsetCommit(r) => offset_commit::handle(state, ctx, r, v),
+        RequestKind::OffsetFetch(r) => offset_fetch::handle(state, ctx, r, v),
+        RequestKind::DescribeGroups(r) => describe_groups::handle(state, ctx, r, v),
+        RequestKind::ListGroups(r) => list_groups::handle(state, ctx, r, v),
+        RequestKind::DeleteGroups(r) => delete_groups::handle(state, ctx, r, v),
+        RequestKind::InitProducerId(r) => init_producer_id::handle(state, ctx, r, v),
+        RequestKind::AddPartitionsToTxn(r) => add_partitions_to_txn::handle(state, ctx, r, v),
+        RequestKind::AddOffsetsToTxn(r) => add_offsets_to_txn::handle(state, ctx, r, v),
+        RequestKind::TxnOffsetCommit(r) => txn_offset_commit::handle(state, ctx, r, v),
+        RequestKind::EndTxn(r) => end_txn::handle(state, ctx, r, v),
         _ => Reply::Close,
     }
 }
 
 /// Routes a coordinator timer to the group or transaction coordinator.
-pub fn coordinator_timer(_state: &mut ClusterState, event: TimerEvent, _now: Instant) {
-    // Wired to tk-coord's coordinators once their timer entry points land.
-    debug!(?event, "coordinator timer with no coordinator handler yet");
+pub fn coordinator_timer(state: &mut ClusterState, event: TimerEvent, now: Instant) {
+    crate::coordinator::driver::on_timer(state, &event, now);
 }

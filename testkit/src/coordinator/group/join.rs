@@ -31,8 +31,8 @@ fn s(v: &str) -> StrBytes {
     StrBytes::from_string(v.to_owned())
 }
 
-/// A JoinGroup error response.
-pub(super) fn join_error(version: i16, code: i16, member_id: &str) -> JoinGroupResponse {
+/// A JoinGroup error response, with the protocol name that version expects.
+pub fn join_error(version: i16, code: i16, member_id: &str) -> JoinGroupResponse {
     JoinGroupResponse::default()
         .with_error_code(code)
         .with_generation_id(-1)
@@ -634,6 +634,6 @@ fn elect_joined_leader(group: &mut Group) -> bool {
 }
 
 /// A SyncGroup error response.
-pub(super) fn sync_error(code: i16) -> SyncGroupResponse {
+pub fn sync_error(code: i16) -> SyncGroupResponse {
     SyncGroupResponse::default().with_error_code(code)
 }

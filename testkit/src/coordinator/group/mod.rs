@@ -36,6 +36,7 @@ use weir_protocol::kafka_protocol::messages::ResponseKind;
 
 use crate::coordinator::RequestId;
 pub use commits::{CommitMember, FetchedOffset, OffsetToCommit};
+pub use join::{join_error, sync_error};
 use state::Group;
 
 /// Kafka's `NewMemberJoinTimeoutMs`: how long a member that joined during a

@@ -81,6 +81,17 @@ pub struct TxnCoordinator {
     wakeups: Vec<(Instant, String)>,
 }
 
+/// The code to send for `error` at `version`: clients older than KIP-588
+/// (`fenced_since`, the first version that knows `PRODUCER_FENCED`) get
+/// `INVALID_PRODUCER_EPOCH` instead, as Kafka does.
+pub fn error_code_for(error: ResponseError, version: i16, fenced_since: i16) -> i16 {
+    if error == ResponseError::ProducerFenced && version < fenced_since {
+        ResponseError::InvalidProducerEpoch.code()
+    } else {
+        error.code()
+    }
+}
+
 /// What InitProducerId answered.
 pub type ProducerIdAndEpoch = (i64, i16);
 
@@ -385,7 +396,8 @@ impl TxnCoordinator {
     /// transactional id's current one is fenced.
     ///
     /// # Errors
-    /// `PRODUCER_FENCED` or `INVALID_PRODUCER_ID_MAPPING`.
+    /// `PRODUCER_FENCED`, `INVALID_PRODUCER_ID_MAPPING` or
+    /// `INVALID_TXN_STATE` (no open transaction).
     pub fn check_offset_commit(
         &mut self,
         tid: &str,
@@ -402,11 +414,14 @@ impl TxnCoordinator {
         if producer_epoch < meta.producer_epoch {
             return Err(ResponseError::ProducerFenced);
         }
-        if meta.state == TxnState::Ongoing {
-            // A client that skipped AddOffsetsToTxn would otherwise leave its
-            // staged offsets pending forever.
-            meta.groups.insert(group_id.to_owned());
+        if meta.state != TxnState::Ongoing {
+            // Offsets staged outside a transaction would stay pending forever
+            // (a hanging transaction), so they are refused.
+            return Err(ResponseError::InvalidTxnState);
         }
+        // A client that skipped AddOffsetsToTxn would otherwise leave its
+        // staged offsets pending forever.
+        meta.groups.insert(group_id.to_owned());
         Ok(())
     }
 

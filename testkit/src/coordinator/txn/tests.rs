@@ -137,7 +137,20 @@ fn a_second_producer_fences_the_first_and_aborts_its_open_transaction() {
         c.produce_error(pid, epoch, "t", 0),
         Some(ResponseError::InvalidProducerEpoch.code())
     );
+    assert_eq!(
+        c.check_offset_commit(TID, pid2, epoch2, "g"),
+        Err(ResponseError::InvalidTxnState),
+        "no open transaction"
+    );
+    c.add_partitions(TID, pid2, epoch2, &[tp("t", 0)], now)
+        .unwrap();
     assert!(c.check_offset_commit(TID, pid2, epoch2, "g").is_ok());
+    c.end_txn(TID, pid2, epoch2, true).unwrap();
+    assert_eq!(
+        c.take_ends()[0].groups,
+        vec!["g".to_owned()],
+        "the group joins the transaction"
+    );
 }
 
 #[test]

@@ -1,0 +1,108 @@
+//! TxnOffsetCommit: offsets staged in a transaction, sent to the group
+//! coordinator and checked against the group's generation and member
+//! (KIP-447), so a zombie of an older generation is refused.
+
+use std::collections::HashSet;
+
+use weir_protocol::kafka_protocol::messages::txn_offset_commit_response::{
+    TxnOffsetCommitResponsePartition, TxnOffsetCommitResponseTopic,
+};
+use weir_protocol::kafka_protocol::messages::{
+    ResponseKind, TxnOffsetCommitRequest, TxnOffsetCommitResponse,
+};
+
+use super::{Reply, RequestContext};
+use crate::cluster::ClusterState;
+use crate::coordinator::driver::{check_coordinator, flush};
+use crate::coordinator::group::{CommitMember, OffsetToCommit};
+use crate::coordinator::txn::error_code_for;
+
+/// Versions 0 to 3 (v3: group metadata, KIP-447, and `PRODUCER_FENCED`).
+pub const VERSIONS: (i16, i16) = (0, 3);
+
+/// Stages the offsets until EndTxn.
+pub fn handle(
+    state: &mut ClusterState,
+    ctx: &RequestContext,
+    req: TxnOffsetCommitRequest,
+    version: i16,
+) -> Reply {
+    let offsets: Vec<OffsetToCommit> = req
+        .topics
+        .iter()
+        .flat_map(|t| {
+            t.partitions.iter().map(|p| OffsetToCommit {
+                topic: t.name.0.to_string(),
+                partition: p.partition_index,
+                offset: p.committed_offset,
+                leader_epoch: p.committed_leader_epoch,
+                metadata: p.committed_metadata.as_ref().map(|m| m.to_string()),
+            })
+        })
+        .collect();
+    let group = req.group_id.0.to_string();
+    let checked = check_coordinator(state, ctx, &group).and_then(|()| {
+        state
+            .txns
+            .check_offset_commit(
+                &req.transactional_id.0,
+                req.producer_id.0,
+                req.producer_epoch,
+                &group,
+            )
+            .map_err(|e| error_code_for(e, version, 3))
+    });
+    let codes = match checked {
+        Err(code) => vec![code; offsets.len()],
+        Ok(()) => {
+            let existing: HashSet<(String, i32)> = offsets
+                .iter()
+                .filter(|o| state.partition(&o.topic, o.partition).is_some())
+                .map(|o| (o.topic.clone(), o.partition))
+                .collect();
+            let who = if version >= 3 {
+                CommitMember {
+                    generation: req.generation_id,
+                    member_id: req.member_id.to_string(),
+                    instance_id: req.group_instance_id.as_ref().map(|i| i.to_string()),
+                }
+            } else {
+                // Older clients send no group metadata: nothing to check.
+                CommitMember {
+                    generation: -1,
+                    member_id: String::new(),
+                    instance_id: None,
+                }
+            };
+            let exists = |t: &str, p: i32| existing.contains(&(t.to_owned(), p));
+            let codes =
+                state
+                    .groups
+                    .txn_commit_offsets(&group, req.producer_id.0, &who, &offsets, &exists);
+            flush(state);
+            codes
+        }
+    };
+    let mut codes = codes.into_iter();
+    let topics = req
+        .topics
+        .into_iter()
+        .map(|t| {
+            let partitions = t
+                .partitions
+                .iter()
+                .map(|p| {
+                    TxnOffsetCommitResponsePartition::default()
+                        .with_partition_index(p.partition_index)
+                        .with_error_code(codes.next().unwrap_or_default())
+                })
+                .collect();
+            TxnOffsetCommitResponseTopic::default()
+                .with_name(t.name)
+                .with_partitions(partitions)
+        })
+        .collect();
+    Reply::Now(ResponseKind::TxnOffsetCommit(
+        TxnOffsetCommitResponse::default().with_topics(topics),
+    ))
+}
