@@ -62,6 +62,15 @@ cmd_install() {
     local started tmp wheel got
     started=$(now_ms)
     mkdir -p "$BROKER_DIR/bin"
+    # Concurrent installs in one checkout: the second waits, then finds the binary in place.
+    if command -v flock >/dev/null; then
+        exec 9>"$BROKER_DIR/install.lock"
+        flock 9
+        if installed_ok; then
+            say "tansu installed meanwhile by another run at $TANSU (hash ok)"
+            return 0
+        fi
+    fi
     tmp="$(mktemp -d "$BROKER_DIR/install.XXXXXX")"
     # shellcheck disable=SC2064 # expand now: tmp is local
     trap "rm -rf '$tmp'" EXIT

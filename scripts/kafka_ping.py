@@ -63,6 +63,7 @@ def main():
     parser.add_argument("--timeout", type=float, default=1.0)
     args = parser.parse_args()
     host, _, port = args.address.rpartition(":")
+    host = host.strip("[]")  # an IPv6 literal arrives as [::1]:9092
     try:
         count = ping(host or "127.0.0.1", int(port), args.timeout)
     except (OSError, ValueError) as err:

@@ -73,6 +73,11 @@ pip_install() {
 
 command -v "$PYTHON" >/dev/null || die "$PYTHON not found"
 mkdir -p "$BROKER_DIR"
+# Several test runs may share one checkout: one builds the venv, the others wait for it.
+if command -v flock >/dev/null; then
+    exec 9>"$BROKER_DIR/pyenv.lock"
+    flock 9
+fi
 
 # Fast path: already set up by an earlier run.
 if [[ -x "$VENV_DIR/bin/python" ]] && has_pinned_clients "$VENV_DIR/bin/python"; then
