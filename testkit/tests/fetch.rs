@@ -1,6 +1,9 @@
 //! Fetch: min bytes and max wait on tokio's paused clock, fetch sessions,
 //! watermarks, and read_committed with the aborted-transactions list.
 
+// Helpers outside #[test] functions unwrap too: a failure is a test failure.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
 mod common;
 
 use std::time::Duration;

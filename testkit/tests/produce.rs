@@ -1,5 +1,8 @@
 //! Produce: offsets, acks, leadership, and the idempotent producer checks.
 
+// Helpers outside #[test] functions unwrap too: a failure is a test failure.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
 mod common;
 
 use common::{PLAIN, Producer, TestClient, batch, fetch_request, produce_request, values};

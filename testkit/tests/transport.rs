@@ -1,6 +1,9 @@
 //! Transport: ApiVersions over TCP and duplex, the v0 fallback, and bad input
 //! closing only the offending connection.
 
+// Helpers outside #[test] functions unwrap too: a failure is a test failure.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
 mod common;
 
 use common::TestClient;

@@ -35,7 +35,7 @@ pub fn handle(
                     format!("Topic currently has {current} partitions, which is higher than or equal to the requested {}.", t.count).into(),
                 ));
             }
-            if let Some(assignments) = &t.assignments {
+            if let Some(assignments) = t.assignments.as_ref().filter(|a| !a.is_empty()) {
                 let added = usize::try_from(t.count - current).unwrap_or(0);
                 let bad = assignments.iter().flat_map(|a| &a.broker_ids).any(|b| b.0 < 0 || b.0 >= brokers);
                 if assignments.len() != added || bad {

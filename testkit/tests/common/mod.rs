@@ -1,7 +1,7 @@
 //! A minimal Kafka client for the testkit's own tests: frames requests
 //! with `weir_protocol::api`, one at a time, over any byte stream.
 
-#![allow(dead_code)]
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use bytes::{Bytes, BytesMut};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
