@@ -49,6 +49,14 @@ impl<K> FetchPlan<K> {
     pub fn is_full(&self) -> bool {
         self.epoch == 0
     }
+
+    /// What the broker fetches for `key` with this request, listed or not.
+    pub fn fetch_state(&self, key: &K) -> Option<&PartitionFetch>
+    where
+        K: Hash + Eq,
+    {
+        self.wanted.get(key)
+    }
 }
 
 /// The client's view of one broker's fetch session.

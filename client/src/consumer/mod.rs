@@ -1,4 +1,314 @@
 //! The consumer (no group yet): assign partitions, seek, poll.
+//!
+//! [`Consumer::poll`] keeps one Fetch in flight per leader broker on the
+//! fetch lane, inside a fetch session ([`fetch_session`], KIP-227), and
+//! sends the next Fetch as soon as a response arrives, while the
+//! application works on the records: that is the prefetch, bounded by
+//! `weir.prefetch.bytes` of records waiting to be polled. Records pass
+//! through [`read_committed`] (control records never reach the
+//! application), and a position outside the log follows
+//! `auto.offset.reset`.
 
 pub mod fetch_session;
+mod fetcher;
+pub mod offsets;
 pub mod read_committed;
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use indexmap::IndexMap;
+use tokio::task::JoinSet;
+use weir_protocol::records::RecordHeader;
+
+use self::fetch_session::FetchSession;
+use self::fetcher::InFlightFetch;
+pub use self::offsets::SeekTo;
+use crate::cluster::{BrokerId, Cluster};
+use crate::config::consumer::{AutoOffsetReset, ConsumerConfig, ConsumerOptions};
+pub use crate::producer::TopicPartition;
+use crate::{ClientError, Result};
+
+/// One record as the application sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConsumerRecord {
+    /// The topic.
+    pub topic: String,
+    /// The partition.
+    pub partition: i32,
+    /// The record's offset.
+    pub offset: i64,
+    /// Milliseconds since the epoch (create time or log append time).
+    pub timestamp: i64,
+    /// The key; `None` is a null key.
+    pub key: Option<Bytes>,
+    /// The value; `None` is a null value.
+    pub value: Option<Bytes>,
+    /// The headers, in order.
+    pub headers: Vec<RecordHeader>,
+}
+
+impl ConsumerRecord {
+    fn approximate_size(&self) -> usize {
+        64 + self.key.as_ref().map_or(0, Bytes::len)
+            + self.value.as_ref().map_or(0, Bytes::len)
+            + self
+                .headers
+                .iter()
+                .map(|h| h.key.len() + h.value.as_ref().map_or(0, Bytes::len))
+                .sum::<usize>()
+    }
+}
+
+/// Where one assigned partition stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Position {
+    /// The next offset to fetch.
+    At(i64),
+    /// Waiting for an offset lookup.
+    Seek(SeekTo),
+}
+
+/// A consumer of explicitly assigned partitions (no consumer group).
+///
+/// ```no_run
+/// # async fn demo() -> weir_client::Result<()> {
+/// use weir_client::config::consumer::ConsumerConfig;
+/// use weir_client::consumer::{Consumer, SeekTo, TopicPartition};
+///
+/// let config = ConsumerConfig::from_properties(&[("bootstrap.servers", "127.0.0.1:9092")])?;
+/// let mut consumer = Consumer::new(config).await?;
+/// consumer.assign([TopicPartition::new("events", 0)]);
+/// consumer.seek(&TopicPartition::new("events", 0), SeekTo::Earliest)?;
+/// for record in consumer.poll().await? {
+///     println!("{} {:?}", record.offset, record.value);
+/// }
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Debug)]
+pub struct Consumer {
+    cluster: Cluster,
+    options: ConsumerOptions,
+    assignment: IndexMap<TopicPartition, Position>,
+    sessions: HashMap<BrokerId, FetchSession<TopicPartition>>,
+    in_flight: JoinSet<InFlightFetch>,
+    fetching_from: HashSet<BrokerId>,
+    /// Brokers to leave alone until then, after a failed fetch.
+    backoff_until: HashMap<BrokerId, (Instant, u32)>,
+    buffer: VecDeque<ConsumerRecord>,
+    buffered_bytes: usize,
+}
+
+impl Consumer {
+    /// Connects to the cluster.
+    ///
+    /// # Errors
+    /// An invalid configuration, or [`ClientError::Bootstrap`].
+    pub async fn new(config: ConsumerConfig) -> Result<Consumer> {
+        let cluster = Cluster::connect(config.client).await?;
+        Ok(Self::with_cluster(cluster, config.consumer))
+    }
+
+    /// A consumer on an existing cluster handle.
+    pub fn with_cluster(cluster: Cluster, options: ConsumerOptions) -> Consumer {
+        Consumer {
+            cluster,
+            options,
+            assignment: IndexMap::new(),
+            sessions: HashMap::new(),
+            in_flight: JoinSet::new(),
+            fetching_from: HashSet::new(),
+            backoff_until: HashMap::new(),
+            buffer: VecDeque::new(),
+            buffered_bytes: 0,
+        }
+    }
+
+    /// The cluster handle this consumer fetches through.
+    pub fn cluster(&self) -> &Cluster {
+        &self.cluster
+    }
+
+    /// Replaces the assignment. Partitions kept keep their position; new
+    /// ones start where `auto.offset.reset` says until [`seek`](Self::seek)
+    /// moves them. Buffered records of dropped partitions are discarded.
+    pub fn assign(&mut self, partitions: impl IntoIterator<Item = TopicPartition>) {
+        let reset = match self.options.auto_offset_reset {
+            AutoOffsetReset::Earliest => SeekTo::Earliest,
+            // With `none`, an unset position is an error only once fetched
+            // out of range; Java fails at once, Weir starts at the end.
+            AutoOffsetReset::Latest | AutoOffsetReset::None => SeekTo::Latest,
+        };
+        let mut next = IndexMap::new();
+        for tp in partitions {
+            let position = self
+                .assignment
+                .get(&tp)
+                .copied()
+                .unwrap_or(Position::Seek(reset));
+            next.insert(tp, position);
+        }
+        self.assignment = next;
+        let assignment = &self.assignment;
+        self.buffer.retain(|r| {
+            assignment.contains_key(&TopicPartition::new(r.topic.clone(), r.partition))
+        });
+        self.recount_buffer();
+    }
+
+    /// The assigned partitions.
+    pub fn assignment(&self) -> Vec<TopicPartition> {
+        self.assignment.keys().cloned().collect()
+    }
+
+    /// Moves `tp`'s position; the next [`poll`](Self::poll) resolves
+    /// earliest, latest and timestamps with ListOffsets. Buffered records
+    /// of `tp` are discarded.
+    ///
+    /// # Errors
+    /// [`ClientError::NotAssigned`].
+    pub fn seek(&mut self, tp: &TopicPartition, to: SeekTo) -> Result<()> {
+        let position = self
+            .assignment
+            .get_mut(tp)
+            .ok_or_else(|| ClientError::NotAssigned {
+                topic: tp.topic.clone(),
+                partition: tp.partition,
+            })?;
+        *position = match to {
+            SeekTo::Offset(o) => Position::At(o),
+            other => Position::Seek(other),
+        };
+        self.buffer
+            .retain(|r| !(r.topic == tp.topic && r.partition == tp.partition));
+        self.recount_buffer();
+        Ok(())
+    }
+
+    /// The offset of the next record `poll` returns for `tp`, resolving a
+    /// pending seek first.
+    ///
+    /// # Errors
+    /// [`ClientError::NotAssigned`], or the offset lookup's error.
+    pub async fn position(&mut self, tp: &TopicPartition) -> Result<i64> {
+        self.resolve_seeks().await?;
+        if let Some(first) = self
+            .buffer
+            .iter()
+            .find(|r| r.topic == tp.topic && r.partition == tp.partition)
+        {
+            return Ok(first.offset);
+        }
+        match self.assignment.get(tp) {
+            Some(Position::At(o)) => Ok(*o),
+            Some(Position::Seek(_)) | None => Err(ClientError::NotAssigned {
+                topic: tp.topic.clone(),
+                partition: tp.partition,
+            }),
+        }
+    }
+
+    /// Waits for records and returns at most `max.poll.records` of them.
+    /// Never returns an empty batch while partitions are assigned: wrap it
+    /// in a timeout, or use [`poll_for`](Self::poll_for).
+    ///
+    /// Cancel-safe: dropping the future loses no record and no position.
+    ///
+    /// # Errors
+    /// [`ClientError::OffsetOutOfRange`] under `auto.offset.reset=none`, a
+    /// corrupt batch ([`ClientError::Protocol`]), or a non-retriable
+    /// server error such as an authorization failure.
+    pub async fn poll(&mut self) -> Result<Vec<ConsumerRecord>> {
+        loop {
+            if !self.buffer.is_empty() {
+                return Ok(self.take_buffered());
+            }
+            if self.assignment.is_empty() {
+                // Nothing to fetch: wait like an idle poll would.
+                std::future::pending::<()>().await;
+            }
+            self.resolve_seeks().await?;
+            self.start_fetches().await;
+            if self.in_flight.is_empty() {
+                // Every leader is unknown or backing off.
+                let wait = self.backoff_until.values().map(|(t, _)| *t).min();
+                let delay = wait.map_or(self.cluster.config().retry_backoff, |t| {
+                    t.saturating_duration_since(Instant::now())
+                });
+                tokio::time::sleep(delay.max(Duration::from_millis(1))).await;
+                continue;
+            }
+            if let Some(done) = self.in_flight.join_next().await {
+                match done {
+                    Ok(fetch) => self.handle_fetch(fetch)?,
+                    Err(e) => tracing::warn!(error = %e, "fetch task failed"),
+                }
+                // Prefetch: the next Fetch goes out before the records are returned.
+                self.start_fetches().await;
+            }
+        }
+    }
+
+    /// [`poll`](Self::poll), but returns an empty batch after `max_wait`.
+    ///
+    /// # Errors
+    /// As [`poll`](Self::poll).
+    pub async fn poll_for(&mut self, max_wait: Duration) -> Result<Vec<ConsumerRecord>> {
+        match tokio::time::timeout(max_wait, self.poll()).await {
+            Ok(result) => result,
+            Err(_) => Ok(Vec::new()),
+        }
+    }
+
+    fn take_buffered(&mut self) -> Vec<ConsumerRecord> {
+        let n = self.options.max_poll_records.min(self.buffer.len());
+        let out: Vec<ConsumerRecord> = self.buffer.drain(..n).collect();
+        let taken: usize = out.iter().map(ConsumerRecord::approximate_size).sum();
+        self.buffered_bytes = self.buffered_bytes.saturating_sub(taken);
+        out
+    }
+
+    fn recount_buffer(&mut self) {
+        self.buffered_bytes = self
+            .buffer
+            .iter()
+            .map(ConsumerRecord::approximate_size)
+            .sum();
+    }
+
+    /// Resolves every pending seek with ListOffsets.
+    async fn resolve_seeks(&mut self) -> Result<()> {
+        let lookups: Vec<(TopicPartition, i64)> = self
+            .assignment
+            .iter()
+            .filter_map(|(tp, p)| match p {
+                Position::Seek(to) => to.lookup_timestamp().map(|t| (tp.clone(), t)),
+                Position::At(_) => None,
+            })
+            .collect();
+        if lookups.is_empty() {
+            return Ok(());
+        }
+        let isolation = self.options.isolation_level;
+        let mut found = offsets::list_offsets(&self.cluster, isolation, &lookups).await?;
+        // A timestamp after the last record: start at the end.
+        let past_end: Vec<(TopicPartition, i64)> = found
+            .iter()
+            .filter(|(_, o)| **o < 0)
+            .map(|(tp, _)| (tp.clone(), offsets::LATEST_TIMESTAMP))
+            .collect();
+        if !past_end.is_empty() {
+            found.extend(offsets::list_offsets(&self.cluster, isolation, &past_end).await?);
+        }
+        for (tp, offset) in found {
+            // Only if nothing moved the position meanwhile.
+            if let Some(p @ Position::Seek(_)) = self.assignment.get_mut(&tp) {
+                tracing::debug!(%tp, offset, "position resolved");
+                *p = Position::At(offset);
+            }
+        }
+        Ok(())
+    }
+}

@@ -46,6 +46,9 @@ pub fn record_size_upper_bound(record: &RecordInput) -> usize {
 pub struct Delivery {
     /// Receives the outcome.
     pub tx: oneshot::Sender<Result<RecordMetadata>>,
+    /// The record's timestamp, reported back unless the broker stamps
+    /// append time.
+    pub timestamp: i64,
 }
 
 /// A batch of records for one partition.
@@ -305,7 +308,7 @@ mod tests {
 
     fn delivery() -> (Delivery, oneshot::Receiver<Result<RecordMetadata>>) {
         let (tx, rx) = oneshot::channel();
-        (Delivery { tx }, rx)
+        (Delivery { tx, timestamp: 0 }, rx)
     }
 
     fn append(acc: &mut Accumulator, tp: &TopicPartition, len: usize, now: Instant) -> Appended {

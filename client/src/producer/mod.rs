@@ -1,8 +1,413 @@
 //! The producer: records in, offsets out.
+//!
+//! [`Producer::send`] partitions a record (Java's murmur2 for keys, a
+//! sticky partition otherwise), waits for room in `buffer.memory`, and
+//! appends it to its partition's batch in the [`accumulator`]. One
+//! background task, the sender, sends batches when they are full, when
+//! `linger.ms` has passed or on [`Producer::flush`], groups them by leader
+//! into Produce requests on each broker's produce lane, and completes each
+//! record's future with its offset or a typed error.
+//!
+//! The producer is idempotent by default (`enable.idempotence`): it takes a
+//! producer id from InitProducerId and numbers each partition's batches
+//! ([`sequence`]), so that retries can neither duplicate nor reorder
+//! records.
 
 pub mod accumulator;
 pub mod partitioner;
 mod record;
+mod sender;
 pub mod sequence;
 
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::task::{Context, Poll};
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+use tokio::sync::{Notify, Semaphore, oneshot};
+use tokio::task::JoinHandle;
+use weir_protocol::records::RecordInput;
+
 pub use record::{ProducerRecord, RecordMetadata, TopicPartition};
+
+use self::accumulator::{Accumulator, Appended, BatchingRules, Delivery, record_size_upper_bound};
+use self::partitioner::{StickyPartitioner, partition_for_key};
+use self::sequence::SequenceBook;
+use crate::cluster::Cluster;
+use crate::config::producer::{ProducerConfig, ProducerOptions};
+use crate::kerror::codes;
+use crate::{ClientError, Result};
+
+/// The producer id and epoch batches are written with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Identity {
+    producer_id: i64,
+    epoch: i16,
+    /// False until InitProducerId answered, and again after the broker's
+    /// sequence state was lost.
+    valid: bool,
+}
+
+/// Everything the sender and `send` share under one lock. The lock is
+/// never held across an await.
+pub(crate) struct State {
+    acc: Accumulator,
+    sticky: StickyPartitioner,
+    book: SequenceBook<TopicPartition>,
+    identity: Identity,
+}
+
+pub(crate) struct Shared {
+    cluster: Cluster,
+    options: ProducerOptions,
+    state: Mutex<State>,
+    /// Wakes the sender: a new batch, a full batch, a flush, a response.
+    wake: Notify,
+    /// `buffer.memory`, in bytes.
+    memory: Arc<Semaphore>,
+    /// Records sent but not yet completed.
+    pending: AtomicUsize,
+    /// Notified whenever `pending` drops to 0.
+    idle: Notify,
+    /// Callers inside `flush`: while non-zero, linger is ignored.
+    flushing: AtomicUsize,
+    closed: AtomicBool,
+    /// Produce requests awaiting their response.
+    requests_in_flight: AtomicUsize,
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // A panic while holding the lock leaves consistent data: every
+        // mutation is a single step.
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Counts `n` records as done and wakes flushers when none is left.
+    fn records_done(&self, n: usize) {
+        if n > 0 && self.pending.fetch_sub(n, Ordering::AcqRel) == n {
+            self.idle.notify_waiters();
+        }
+    }
+}
+
+/// Closes the producer when the last handle is dropped.
+struct Handle {
+    shared: Arc<Shared>,
+    sender: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl Drop for Handle {
+    fn drop(&mut self) {
+        self.shared.closed.store(true, Ordering::Release);
+        self.shared.wake.notify_one();
+    }
+}
+
+/// An async Kafka producer. Cheap to clone; all clones share one sender
+/// task and one buffer. Dropping the last clone sends what is buffered
+/// and stops; [`close`](Producer::close) also waits for that.
+///
+/// ```no_run
+/// # async fn demo() -> weir_client::Result<()> {
+/// use weir_client::config::producer::ProducerConfig;
+/// use weir_client::producer::{Producer, ProducerRecord};
+///
+/// let config = ProducerConfig::from_properties(&[("bootstrap.servers", "127.0.0.1:9092")])?;
+/// let producer = Producer::new(config).await?;
+/// let meta = producer.send(ProducerRecord::new("events").with_key("k").with_value("v")).await?;
+/// println!("{}-{} @ {}", meta.topic, meta.partition, meta.offset);
+/// producer.close().await;
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Clone)]
+pub struct Producer {
+    handle: Arc<Handle>,
+}
+
+impl std::fmt::Debug for Producer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Producer")
+            .field("options", &self.handle.shared.options)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The outcome of one record, once the broker answered (or the producer
+/// gave up).
+#[derive(Debug)]
+pub struct DeliveryFuture {
+    rx: oneshot::Receiver<Result<RecordMetadata>>,
+}
+
+impl Future for DeliveryFuture {
+    type Output = Result<RecordMetadata>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        Pin::new(&mut self.rx)
+            .poll(cx)
+            .map(|r| r.unwrap_or(Err(ClientError::Closed)))
+    }
+}
+
+fn now_millis() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}
+
+impl Producer {
+    /// Connects to the cluster and starts the producer.
+    ///
+    /// # Errors
+    /// An invalid configuration, or [`ClientError::Bootstrap`] when no
+    /// bootstrap broker answers.
+    pub async fn new(config: ProducerConfig) -> Result<Producer> {
+        config.validate()?;
+        let cluster = Cluster::connect(config.client).await?;
+        Self::with_cluster(cluster, config.producer)
+    }
+
+    /// Starts a producer on an existing cluster handle (shared with other
+    /// clients). Must be called inside a tokio runtime.
+    ///
+    /// # Errors
+    /// [`ClientError::InvalidProperty`] for contradictory options.
+    pub fn with_cluster(cluster: Cluster, options: ProducerOptions) -> Result<Producer> {
+        options.validate()?;
+        let idempotent = options.idempotent();
+        let permits = options.buffer_memory.min(Semaphore::MAX_PERMITS);
+        let shared = Arc::new(Shared {
+            cluster,
+            state: Mutex::new(State {
+                acc: Accumulator::new(BatchingRules {
+                    batch_size: options.batch_size,
+                    linger: options.linger,
+                }),
+                sticky: StickyPartitioner::new(),
+                book: SequenceBook::new(
+                    idempotent,
+                    if idempotent {
+                        options.max_in_flight.min(5)
+                    } else {
+                        options.max_in_flight
+                    },
+                ),
+                identity: Identity {
+                    producer_id: -1,
+                    epoch: -1,
+                    valid: !idempotent,
+                },
+            }),
+            options,
+            wake: Notify::new(),
+            memory: Arc::new(Semaphore::new(permits)),
+            pending: AtomicUsize::new(0),
+            idle: Notify::new(),
+            flushing: AtomicUsize::new(0),
+            closed: AtomicBool::new(false),
+            requests_in_flight: AtomicUsize::new(0),
+        });
+        let sender = tokio::spawn(sender::run(Arc::clone(&shared)));
+        Ok(Producer {
+            handle: Arc::new(Handle {
+                shared,
+                sender: Mutex::new(Some(sender)),
+            }),
+        })
+    }
+
+    /// The cluster handle this producer sends through.
+    pub fn cluster(&self) -> &Cluster {
+        &self.handle.shared.cluster
+    }
+
+    /// Sends `record` and waits for the broker's acknowledgement.
+    ///
+    /// Equivalent to [`enqueue`](Self::enqueue) followed by awaiting the
+    /// returned [`DeliveryFuture`]. To keep many records in flight, call
+    /// `enqueue` in a loop and await the futures later.
+    ///
+    /// # Errors
+    /// As [`enqueue`](Self::enqueue), plus the record's delivery error: a
+    /// non-retriable [`ClientError::Server`] naming topic and partition, or
+    /// [`ClientError::Timeout`] after `delivery.timeout.ms`.
+    pub async fn send(&self, record: ProducerRecord) -> Result<RecordMetadata> {
+        self.enqueue(record).await?.await
+    }
+
+    /// Adds `record` to its partition's batch and returns a future for its
+    /// outcome. Records enqueued one after another from one task keep
+    /// their order within a partition.
+    ///
+    /// Waits (backpressure) while `buffer.memory` is full, and for the
+    /// topic's metadata, at most `max.block.ms` in all.
+    ///
+    /// # Errors
+    /// [`ClientError::RecordTooLarge`], [`ClientError::Timeout`] after
+    /// `max.block.ms`, a non-retriable metadata error such as an unknown
+    /// topic, or [`ClientError::Closed`].
+    pub async fn enqueue(&self, record: ProducerRecord) -> Result<DeliveryFuture> {
+        let shared = &self.handle.shared;
+        if shared.closed.load(Ordering::Acquire) {
+            return Err(ClientError::Closed);
+        }
+        let options = &shared.options;
+        let input = RecordInput {
+            timestamp: record.timestamp.unwrap_or_else(now_millis),
+            key: record.key,
+            value: record.value,
+            headers: record.headers,
+        };
+        let size = record_size_upper_bound(&input);
+        let too_large = |limit: usize, setting| ClientError::RecordTooLarge {
+            topic: record.topic.clone(),
+            size,
+            limit,
+            setting,
+        };
+        if size + weir_protocol::records::BatchHeader::LEN > options.max_request_size {
+            return Err(too_large(options.max_request_size, "max.request.size"));
+        }
+        if size > shared.memory_limit() {
+            return Err(too_large(shared.memory_limit(), "buffer.memory"));
+        }
+        let deadline = Instant::now() + options.max_block;
+        let timeout = |what: &str| ClientError::Timeout {
+            what: format!("{what} for topic {}", record.topic),
+            after: options.max_block,
+            setting: "max.block.ms",
+        };
+
+        let cluster = &shared.cluster;
+        let partitions = tokio::time::timeout_at(
+            deadline.into(),
+            cluster.retry("producer metadata", || {
+                cluster.partition_count(&record.topic)
+            }),
+        )
+        .await
+        .map_err(|_| timeout("metadata"))??;
+        let partitions = i32::try_from(partitions).unwrap_or(i32::MAX);
+        if let Some(p) = record.partition
+            && (p < 0 || p >= partitions)
+        {
+            return Err(ClientError::check(
+                codes::UNKNOWN_TOPIC_OR_PARTITION,
+                weir_protocol::ApiKey::Produce,
+                Some(&record.topic),
+                Some(p),
+            )
+            .err()
+            .unwrap_or(ClientError::Closed)
+            .with_message(Some(&format!("the topic has {partitions} partitions"))));
+        }
+        let permits = u32::try_from(size).unwrap_or(u32::MAX);
+        let memory = tokio::time::timeout_at(
+            deadline.into(),
+            Arc::clone(&shared.memory).acquire_many_owned(permits),
+        )
+        .await
+        .map_err(|_| timeout("buffer.memory"))?
+        .map_err(|_| ClientError::Closed)?;
+
+        let available: Vec<i32> = cluster
+            .cached_metadata()
+            .topic(&record.topic)
+            .map(|t| {
+                t.partitions
+                    .iter()
+                    .filter(|p| p.leader >= 0)
+                    .map(|p| p.partition)
+                    .collect()
+            })
+            .unwrap_or_default();
+        let (tx, rx) = oneshot::channel();
+        let delivery = Delivery {
+            tx,
+            timestamp: input.timestamp,
+        };
+        let wake = {
+            let mut state = shared.lock();
+            let partition = match (record.partition, &input.key) {
+                (Some(p), _) => p,
+                (None, Some(key)) => partition_for_key(key, partitions),
+                (None, None) => {
+                    let p = state
+                        .sticky
+                        .partition(&record.topic, partitions, &available);
+                    let tp = TopicPartition::new(record.topic.clone(), p);
+                    if state.acc.would_start_batch(&tp, size) {
+                        // KIP-480: a new batch is the moment to move on.
+                        state
+                            .sticky
+                            .on_new_batch(&record.topic, partitions, &available, p);
+                        state
+                            .sticky
+                            .partition(&record.topic, partitions, &available)
+                    } else {
+                        p
+                    }
+                }
+            };
+            let tp = TopicPartition::new(record.topic, partition);
+            shared.pending.fetch_add(1, Ordering::AcqRel);
+            let appended = state
+                .acc
+                .append(&tp, input, delivery, Some(memory), Instant::now());
+            appended == Appended::NewBatch
+                || state
+                    .acc
+                    .front(&tp)
+                    .is_some_and(|b| b.size >= options.batch_size)
+        };
+        if wake {
+            shared.wake.notify_one();
+        }
+        Ok(DeliveryFuture { rx })
+    }
+
+    /// Sends every buffered record now, ignoring `linger.ms`, and waits
+    /// until each record sent before this call has its outcome.
+    pub async fn flush(&self) {
+        let shared = &self.handle.shared;
+        shared.flushing.fetch_add(1, Ordering::AcqRel);
+        shared.wake.notify_one();
+        loop {
+            let idle = shared.idle.notified();
+            tokio::pin!(idle);
+            idle.as_mut().enable();
+            if shared.pending.load(Ordering::Acquire) == 0 {
+                break;
+            }
+            idle.await;
+        }
+        shared.flushing.fetch_sub(1, Ordering::AcqRel);
+    }
+
+    /// Stops taking records, sends what is buffered, and waits for the
+    /// sender to finish. Other clones fail with [`ClientError::Closed`].
+    pub async fn close(&self) {
+        let shared = &self.handle.shared;
+        shared.closed.store(true, Ordering::Release);
+        shared.wake.notify_one();
+        let sender = self
+            .handle
+            .sender
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        if let Some(sender) = sender {
+            let _ = sender.await;
+        }
+    }
+}
+
+impl Shared {
+    fn memory_limit(&self) -> usize {
+        self.options.buffer_memory.min(Semaphore::MAX_PERMITS)
+    }
+}

@@ -1,0 +1,325 @@
+//! Fetch requests and what their responses do to the consumer's state.
+
+use std::collections::{BTreeMap, HashSet};
+use std::time::Instant;
+
+use indexmap::IndexMap;
+use weir_protocol::ApiKey;
+use weir_protocol::kafka_protocol::messages::fetch_request::{
+    FetchPartition, FetchTopic, ForgottenTopic,
+};
+use weir_protocol::kafka_protocol::messages::{FetchRequest, FetchResponse, TopicName};
+use weir_protocol::kafka_protocol::protocol::StrBytes;
+use weir_protocol::records::{DecodeOptions, decode_batches};
+
+use super::fetch_session::{
+    FETCH_SESSION_ID_NOT_FOUND, FetchPlan, INVALID_FETCH_SESSION_EPOCH, PartitionFetch,
+};
+use super::read_committed::{AbortedTransaction, deliverable};
+use super::{Consumer, ConsumerRecord, Position, SeekTo, TopicPartition};
+use crate::cluster::{Backoff, BrokerId, Lane};
+use crate::config::consumer::AutoOffsetReset;
+use crate::kerror::{KafkaCode, codes};
+use crate::{ClientError, Result};
+
+/// A Fetch on its way: the broker, what the session planned, the outcome.
+pub(super) struct InFlightFetch {
+    broker: BrokerId,
+    plan: FetchPlan<TopicPartition>,
+    result: Result<FetchResponse>,
+}
+
+fn topic_name(topic: &str) -> TopicName {
+    TopicName(StrBytes::from_string(topic.to_owned()))
+}
+
+fn build_request(consumer: &Consumer, plan: &FetchPlan<TopicPartition>) -> FetchRequest {
+    let o = &consumer.options;
+    let mut topics: Vec<FetchTopic> = Vec::new();
+    for (tp, fetch) in &plan.partitions {
+        let partition = FetchPartition::default()
+            .with_partition(tp.partition)
+            .with_fetch_offset(fetch.fetch_offset)
+            .with_current_leader_epoch(fetch.current_leader_epoch)
+            .with_partition_max_bytes(fetch.max_bytes);
+        match topics.iter_mut().find(|t| t.topic.0.as_str() == tp.topic) {
+            Some(t) => t.partitions.push(partition),
+            None => topics.push(
+                FetchTopic::default()
+                    .with_topic(topic_name(&tp.topic))
+                    .with_partitions(vec![partition]),
+            ),
+        }
+    }
+    let mut forgotten: Vec<ForgottenTopic> = Vec::new();
+    for tp in &plan.forgotten {
+        match forgotten
+            .iter_mut()
+            .find(|t| t.topic.0.as_str() == tp.topic)
+        {
+            Some(t) => t.partitions.push(tp.partition),
+            None => forgotten.push(
+                ForgottenTopic::default()
+                    .with_topic(topic_name(&tp.topic))
+                    .with_partitions(vec![tp.partition]),
+            ),
+        }
+    }
+    FetchRequest::default()
+        .with_replica_id((-1).into())
+        .with_max_wait_ms(i32::try_from(o.fetch_max_wait.as_millis()).unwrap_or(i32::MAX))
+        .with_min_bytes(o.fetch_min_bytes)
+        .with_max_bytes(o.fetch_max_bytes)
+        .with_isolation_level(o.isolation_level.wire_value())
+        .with_session_id(plan.session_id)
+        .with_session_epoch(plan.epoch)
+        .with_topics(topics)
+        .with_forgotten_topics_data(forgotten)
+}
+
+impl Consumer {
+    /// Sends a Fetch to every leader that has fetchable partitions and no
+    /// Fetch in flight, unless the prefetch buffer is full.
+    pub(super) async fn start_fetches(&mut self) {
+        if self.buffered_bytes >= self.options.max_prefetch_bytes {
+            return;
+        }
+        let mut metadata = self.cluster.cached_metadata();
+        let leaderless: HashSet<&str> = self
+            .assignment
+            .keys()
+            .filter(|tp| {
+                metadata
+                    .topic(&tp.topic)
+                    .and_then(|t| t.partition(tp.partition))
+                    .is_none_or(|p| p.leader < 0)
+            })
+            .map(|tp| tp.topic.as_str())
+            .collect();
+        if !leaderless.is_empty() {
+            let topics: Vec<&str> = leaderless.into_iter().collect();
+            match self.cluster.metadata(&topics).await {
+                Ok(m) => metadata = m,
+                Err(e) => tracing::debug!(error = %e, "metadata for fetching failed"),
+            }
+        }
+        let mut by_leader: BTreeMap<BrokerId, IndexMap<TopicPartition, PartitionFetch>> =
+            BTreeMap::new();
+        for (tp, position) in &self.assignment {
+            let Position::At(offset) = position else {
+                continue;
+            };
+            let Some(p) = metadata
+                .topic(&tp.topic)
+                .and_then(|t| t.partition(tp.partition))
+            else {
+                continue;
+            };
+            if p.leader < 0 {
+                continue;
+            }
+            by_leader.entry(p.leader).or_default().insert(
+                tp.clone(),
+                PartitionFetch {
+                    fetch_offset: *offset,
+                    current_leader_epoch: p.leader_epoch,
+                    max_bytes: self.options.max_partition_fetch_bytes,
+                },
+            );
+        }
+        let now = Instant::now();
+        for (broker, wanted) in by_leader {
+            if self.fetching_from.contains(&broker)
+                || self
+                    .backoff_until
+                    .get(&broker)
+                    .is_some_and(|(t, _)| *t > now)
+            {
+                continue;
+            }
+            let plan = self.sessions.entry(broker).or_default().plan(wanted);
+            let request = build_request(self, &plan);
+            let cluster = self.cluster.clone();
+            self.fetching_from.insert(broker);
+            tracing::trace!(
+                broker,
+                session = plan.session_id,
+                epoch = plan.epoch,
+                partitions = plan.partitions.len(),
+                "fetch"
+            );
+            self.in_flight.spawn(async move {
+                let result = cluster.request(broker, Lane::Fetch, &request).await;
+                InFlightFetch {
+                    broker,
+                    plan,
+                    result,
+                }
+            });
+        }
+    }
+
+    fn back_off(&mut self, broker: BrokerId) {
+        let config = self.cluster.config();
+        let backoff = Backoff::new(config.retry_backoff, config.retry_backoff_max);
+        let failures = self.backoff_until.get(&broker).map_or(0, |(_, n)| *n) + 1;
+        self.backoff_until
+            .insert(broker, (Instant::now() + backoff.delay(failures), failures));
+    }
+
+    /// Applies one Fetch outcome: session bookkeeping, records into the
+    /// buffer, positions forward, errors handled or returned.
+    pub(super) fn handle_fetch(&mut self, fetch: InFlightFetch) -> Result<()> {
+        let InFlightFetch {
+            broker,
+            plan,
+            result,
+        } = fetch;
+        self.fetching_from.remove(&broker);
+        let session = self.sessions.entry(broker).or_default();
+        let response = match result {
+            Ok(r) => r,
+            Err(e) => {
+                session.reset();
+                tracing::debug!(broker, error = %e, "fetch failed");
+                if !e.is_retriable() && !e.is_network() {
+                    return Err(e);
+                }
+                if e.needs_metadata_refresh() {
+                    self.cluster.invalidate();
+                }
+                self.back_off(broker);
+                return Ok(());
+            }
+        };
+        if response.error_code != 0 {
+            session.on_response(plan, response.error_code, response.session_id);
+            let code = KafkaCode::from_code(response.error_code);
+            tracing::debug!(broker, error = %code, "fetch session error; starting a new session");
+            if matches!(
+                response.error_code,
+                FETCH_SESSION_ID_NOT_FOUND | INVALID_FETCH_SESSION_EPOCH
+            ) {
+                return Ok(());
+            }
+            if !code.retriable {
+                return Err(
+                    ClientError::server(response.error_code, ApiKey::Fetch).with_broker(broker)
+                );
+            }
+            self.back_off(broker);
+            return Ok(());
+        }
+        // The broker accepted this request: its session now holds `plan`.
+        session.on_response(plan.clone(), 0, response.session_id);
+        let expected = |tp: &TopicPartition| plan.fetch_state(tp).map(|f| f.fetch_offset);
+        let mut failed = false;
+        let mut outcome = Ok(());
+        let decode = DecodeOptions {
+            verify_crc: self.options.check_crcs,
+            ..DecodeOptions::default()
+        };
+        for topic in &response.responses {
+            for p in &topic.partitions {
+                let tp = TopicPartition::new(topic.topic.0.as_str(), p.partition_index);
+                let Some(fetch_offset) = expected(&tp) else {
+                    continue;
+                };
+                // A seek or reassignment since the request makes this stale.
+                if self.assignment.get(&tp) != Some(&Position::At(fetch_offset)) {
+                    continue;
+                }
+                match p.error_code {
+                    codes::NONE => {
+                        let Some(records) = &p.records else { continue };
+                        let decoded = decode_batches(records, &decode).map_err(|source| {
+                            ClientError::Protocol {
+                                broker: self
+                                    .cluster
+                                    .broker_address(broker)
+                                    .unwrap_or_else(|_| broker.to_string()),
+                                source,
+                            }
+                        })?;
+                        let aborted: Vec<AbortedTransaction> = p
+                            .aborted_transactions
+                            .iter()
+                            .flatten()
+                            .map(|a| AbortedTransaction {
+                                producer_id: a.producer_id.0,
+                                first_offset: a.first_offset,
+                            })
+                            .collect();
+                        let out = deliverable(
+                            decoded.batches,
+                            fetch_offset,
+                            self.options.isolation_level,
+                            &aborted,
+                        );
+                        if let Some(next) = out.next_offset {
+                            self.assignment
+                                .insert(tp.clone(), Position::At(next.max(fetch_offset)));
+                        }
+                        for r in out.records {
+                            let record = ConsumerRecord {
+                                topic: tp.topic.clone(),
+                                partition: tp.partition,
+                                offset: r.offset,
+                                timestamp: r.timestamp,
+                                key: r.key,
+                                value: r.value,
+                                headers: r.headers,
+                            };
+                            self.buffered_bytes += record.approximate_size();
+                            self.buffer.push_back(record);
+                        }
+                    }
+                    codes::OFFSET_OUT_OF_RANGE => match self.options.auto_offset_reset {
+                        AutoOffsetReset::Earliest => {
+                            tracing::info!(%tp, fetch_offset, "offset out of range; resetting to earliest");
+                            self.assignment.insert(tp, Position::Seek(SeekTo::Earliest));
+                        }
+                        AutoOffsetReset::Latest => {
+                            tracing::info!(%tp, fetch_offset, "offset out of range; resetting to latest");
+                            self.assignment.insert(tp, Position::Seek(SeekTo::Latest));
+                        }
+                        AutoOffsetReset::None => {
+                            outcome = Err(ClientError::OffsetOutOfRange {
+                                topic: tp.topic.clone(),
+                                partition: tp.partition,
+                                offset: fetch_offset,
+                            });
+                        }
+                    },
+                    code => {
+                        let error = ClientError::check(
+                            code,
+                            ApiKey::Fetch,
+                            Some(&tp.topic),
+                            Some(tp.partition),
+                        )
+                        .err()
+                        .map(|e| e.with_broker(broker));
+                        let Some(error) = error else { continue };
+                        if error.needs_metadata_refresh() {
+                            self.cluster.invalidate_topic(&tp.topic);
+                        }
+                        if error.is_retriable() {
+                            tracing::debug!(%tp, %error, "fetch error for a partition; will retry");
+                            failed = true;
+                        } else {
+                            outcome = Err(error);
+                        }
+                    }
+                }
+            }
+        }
+        if failed {
+            self.back_off(broker);
+        } else {
+            self.backoff_until.remove(&broker);
+        }
+        // Records buffered before an error stay for the next poll.
+        outcome
+    }
+}

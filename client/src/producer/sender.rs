@@ -1,0 +1,497 @@
+//! The sender task: turns ready batches into Produce requests and their
+//! responses into record outcomes.
+//!
+//! One loop decides what to send, under the state lock and without I/O;
+//! each request then runs in a task of its own, so up to
+//! `max.in.flight.requests.per.connection` batches per partition are
+//! unanswered at once. Responses update the [`SequenceBook`](super::sequence::SequenceBook)
+//! and put retriable failures back into the accumulator in sequence order.
+
+use std::collections::{BTreeMap, HashSet};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use weir_protocol::ApiKey;
+use weir_protocol::kafka_protocol::messages::produce_request::{
+    PartitionProduceData, TopicProduceData,
+};
+use weir_protocol::kafka_protocol::messages::{
+    InitProducerIdRequest, ProduceRequest, ProduceResponse, TopicName,
+};
+use weir_protocol::kafka_protocol::protocol::StrBytes;
+use weir_protocol::records::{BatchBuilder, BatchOptions};
+
+use super::accumulator::ProducerBatch;
+use super::record::RecordMetadata;
+use super::sequence::{DUPLICATE_SEQUENCE_NUMBER, FailureAction};
+use super::{Identity, Shared};
+use crate::ClientError;
+use crate::cluster::{Backoff, BrokerId, Lane};
+use crate::config::producer::Acks;
+use crate::kerror::KafkaCode;
+
+/// Batches chosen for one Produce request to one broker.
+struct Outgoing {
+    broker: BrokerId,
+    batches: Vec<ProducerBatch>,
+    identity: Identity,
+    generation: u64,
+}
+
+pub(super) async fn run(shared: Arc<Shared>) {
+    let config = shared.cluster.config();
+    let backoff = Backoff::new(config.retry_backoff, config.retry_backoff_max);
+    let mut init_failures = 0u32;
+    loop {
+        let closed = shared.closed.load(Ordering::Acquire);
+        if !shared.lock().identity.valid {
+            match init_producer_id(&shared).await {
+                Ok(identity) => {
+                    init_failures = 0;
+                    let mut state = shared.lock();
+                    state.identity = identity;
+                    state.book.reset();
+                    tracing::debug!(
+                        producer_id = identity.producer_id,
+                        epoch = identity.epoch,
+                        "producer id acquired"
+                    );
+                }
+                Err(e) => {
+                    init_failures += 1;
+                    tracing::warn!(error = %e, attempt = init_failures, "InitProducerId failed");
+                    // Nothing can be sent without a producer id: don't let
+                    // callers wait forever on a permanent failure.
+                    if !e.is_retriable() || closed {
+                        fail_all(&shared, &e);
+                    }
+                    if closed && shared.lock().acc.is_empty() {
+                        return;
+                    }
+                    tokio::time::sleep(backoff.delay(init_failures)).await;
+                    continue;
+                }
+            }
+        }
+
+        let now = Instant::now();
+        let flushing = closed || shared.flushing.load(Ordering::Acquire) > 0;
+        let (outgoing, next_check, missing) = collect(&shared, now, flushing);
+        let leaderless = !missing.is_empty();
+        if leaderless {
+            let shared = Arc::clone(&shared);
+            tokio::spawn(async move {
+                let topics: Vec<&str> = missing.iter().map(String::as_str).collect();
+                if let Err(e) = shared.cluster.refresh_metadata(&topics).await {
+                    tracing::debug!(error = %e, "metadata refresh for produce failed");
+                }
+                shared.wake.notify_one();
+            });
+        }
+        for request in outgoing {
+            shared.requests_in_flight.fetch_add(1, Ordering::AcqRel);
+            tokio::spawn(send_request(Arc::clone(&shared), request));
+        }
+        if closed
+            && shared.lock().acc.is_empty()
+            && shared.requests_in_flight.load(Ordering::Acquire) == 0
+        {
+            return;
+        }
+        let wait = next_check.unwrap_or(now + Duration::from_secs(3600));
+        // Without a known leader, look again after the backoff.
+        let wait = if leaderless {
+            wait.min(now + config.retry_backoff)
+        } else {
+            wait
+        };
+        tokio::select! {
+            () = shared.wake.notified() => {}
+            () = tokio::time::sleep_until(wait.into()) => {}
+        }
+    }
+}
+
+/// Chooses the batches to send now: expires old ones, then takes the first
+/// batch of each ready partition whose leader is known and whose sequence
+/// rules allow it. Returns the requests, when to look again, and topics
+/// whose leaders are unknown.
+fn collect(
+    shared: &Shared,
+    now: Instant,
+    flushing: bool,
+) -> (Vec<Outgoing>, Option<Instant>, Vec<String>) {
+    let options = &shared.options;
+    let mut state = shared.lock();
+    if let Some(deadline) = now.checked_sub(options.delivery_timeout) {
+        for batch in state.acc.expire(deadline) {
+            let action = state.book.on_abandoned(&batch.tp, batch.sequence);
+            if action == FailureAction::FailAndResetProducer && batch.sequence.is_some() {
+                state.identity.valid = false;
+            }
+            let what = format!(
+                "delivery of {} records to {}",
+                batch.record_count(),
+                batch.tp
+            );
+            finish(
+                shared,
+                batch,
+                Err(&|| ClientError::Timeout {
+                    what: what.clone(),
+                    after: options.delivery_timeout,
+                    setting: "delivery.timeout.ms",
+                }),
+            );
+        }
+    }
+    if !state.identity.valid {
+        return (Vec::new(), None, Vec::new());
+    }
+    let readiness = state.acc.readiness(now, flushing);
+    let metadata = shared.cluster.cached_metadata();
+    let mut by_broker: BTreeMap<BrokerId, (usize, Vec<ProducerBatch>)> = BTreeMap::new();
+    let mut missing = HashSet::new();
+    let mut next_check = readiness.next_check;
+    for tp in readiness.ready {
+        let leader = metadata
+            .topic(&tp.topic)
+            .and_then(|t| t.partition(tp.partition))
+            .map(|p| p.leader)
+            .filter(|&l| l >= 0);
+        let Some(leader) = leader else {
+            missing.insert(tp.topic.clone());
+            continue;
+        };
+        let Some(front) = state.acc.front(&tp) else {
+            continue;
+        };
+        if !state.book.may_send(&tp, front.sequence) {
+            continue;
+        }
+        let entry = by_broker.entry(leader).or_default();
+        if !entry.1.is_empty() && entry.0 + front.size > options.max_request_size {
+            // The rest goes in the next request, right after this one.
+            next_check = Some(now);
+            continue;
+        }
+        let Some(mut batch) = state.acc.pop(&tp) else {
+            continue;
+        };
+        let count = i32::try_from(batch.record_count()).unwrap_or(i32::MAX);
+        batch.sequence = state.book.assign(&tp, batch.sequence, count);
+        batch.attempts += 1;
+        state.book.on_sent(&tp, batch.sequence);
+        entry.0 += batch.size;
+        entry.1.push(batch);
+    }
+    let identity = state.identity;
+    let generation = state.book.generation();
+    let outgoing = by_broker
+        .into_iter()
+        .map(|(broker, (_, batches))| Outgoing {
+            broker,
+            batches,
+            identity,
+            generation,
+        })
+        .collect();
+    (outgoing, next_check, missing.into_iter().collect())
+}
+
+/// Encodes a batch for `identity`, reusing the bytes of an earlier attempt
+/// when the producer id generation is unchanged.
+fn encode(
+    shared: &Shared,
+    batch: &mut ProducerBatch,
+    identity: Identity,
+    generation: u64,
+) -> Result<bytes::Bytes, String> {
+    if let Some((g, bytes)) = &batch.encoded
+        && *g == generation
+    {
+        return Ok(bytes.clone());
+    }
+    let idempotent = batch.sequence.is_some();
+    let mut builder = BatchBuilder::new(BatchOptions {
+        compression: shared.options.compression,
+        producer_id: if idempotent { identity.producer_id } else { -1 },
+        producer_epoch: if idempotent { identity.epoch } else { -1 },
+        base_sequence: batch.sequence.map_or(-1, |s| s.base),
+        ..BatchOptions::default()
+    });
+    for record in &batch.records {
+        builder.push(record.clone());
+    }
+    let bytes = builder.build().map_err(|e| e.to_string())?;
+    batch.encoded = Some((generation, bytes.clone()));
+    Ok(bytes)
+}
+
+async fn send_request(shared: Arc<Shared>, mut request: Outgoing) {
+    let options = &shared.options;
+    let mut topics: Vec<TopicProduceData> = Vec::new();
+    let mut sendable = Vec::new();
+    for mut batch in std::mem::take(&mut request.batches) {
+        match encode(&shared, &mut batch, request.identity, request.generation) {
+            Ok(bytes) => {
+                let partition = PartitionProduceData::default()
+                    .with_index(batch.tp.partition)
+                    .with_records(Some(bytes));
+                match topics
+                    .iter_mut()
+                    .find(|t| t.name.0.as_str() == batch.tp.topic)
+                {
+                    Some(t) => t.partition_data.push(partition),
+                    None => topics.push(
+                        TopicProduceData::default()
+                            .with_name(TopicName(StrBytes::from_string(batch.tp.topic.clone())))
+                            .with_partition_data(vec![partition]),
+                    ),
+                }
+                sendable.push(batch);
+            }
+            Err(message) => {
+                shared
+                    .lock()
+                    .book
+                    .on_failed(&batch.tp, batch.sequence, -1, false);
+                let tp = batch.tp.clone();
+                finish(
+                    &shared,
+                    batch,
+                    Err(&|| ClientError::RecordTooLarge {
+                        topic: tp.topic.clone(),
+                        size: 0,
+                        limit: i32::MAX as usize,
+                        setting: "the record batch format",
+                    }),
+                );
+                tracing::warn!(%tp, message, "batch could not be encoded");
+            }
+        }
+    }
+    if !sendable.is_empty() {
+        let timeout_ms =
+            i32::try_from(shared.cluster.config().request_timeout.as_millis()).unwrap_or(i32::MAX);
+        let req = ProduceRequest::default()
+            .with_acks(options.acks.wire_value())
+            .with_timeout_ms(timeout_ms)
+            .with_topic_data(topics);
+        let broker = request.broker;
+        if options.acks == Acks::None {
+            let result = shared
+                .cluster
+                .send_oneway(broker, Lane::Produce, &req)
+                .await;
+            handle_unanswered(&shared, broker, sendable, result.err());
+        } else {
+            match shared.cluster.request(broker, Lane::Produce, &req).await {
+                Ok(response) => handle_response(&shared, broker, sendable, response),
+                Err(e) => handle_unanswered(&shared, broker, sendable, Some(e)),
+            }
+        }
+    }
+    shared.requests_in_flight.fetch_sub(1, Ordering::AcqRel);
+    shared.wake.notify_one();
+}
+
+/// `acks=0` (no response expected) or a request that got no response.
+fn handle_unanswered(
+    shared: &Shared,
+    broker: BrokerId,
+    batches: Vec<ProducerBatch>,
+    error: Option<ClientError>,
+) {
+    match error {
+        None => {
+            for batch in batches {
+                shared.lock().book.on_acked(&batch.tp, batch.sequence, 0);
+                finish(shared, batch, Ok((-1, -1)));
+            }
+        }
+        Some(e) => {
+            tracing::debug!(broker, error = %e, "produce request failed");
+            if e.needs_metadata_refresh() {
+                shared.cluster.invalidate();
+            }
+            let retriable = e.is_retriable();
+            let message = e.to_string();
+            for batch in batches {
+                let what = message.clone();
+                retry_or_fail(shared, batch, 0, retriable, &|| {
+                    ClientError::RetriesExhausted {
+                        what: "produce".to_owned(),
+                        attempts: 1,
+                        last: Box::new(ClientError::Io {
+                            broker: broker.to_string(),
+                            context: "produce request",
+                            source: std::io::Error::other(what.clone()),
+                        }),
+                    }
+                });
+            }
+        }
+    }
+}
+
+fn handle_response(
+    shared: &Shared,
+    broker: BrokerId,
+    batches: Vec<ProducerBatch>,
+    response: ProduceResponse,
+) {
+    for batch in batches {
+        let found = response
+            .responses
+            .iter()
+            .filter(|t| t.name.0.as_str() == batch.tp.topic)
+            .flat_map(|t| t.partition_responses.iter())
+            .find(|p| p.index == batch.tp.partition);
+        let Some(p) = found else {
+            let tp = batch.tp.to_string();
+            retry_or_fail(shared, batch, 0, true, &|| ClientError::MissingInResponse {
+                api: ApiKey::Produce,
+                what: tp.clone(),
+            });
+            continue;
+        };
+        let count = i32::try_from(batch.record_count()).unwrap_or(i32::MAX);
+        if p.error_code == 0 || p.error_code == DUPLICATE_SEQUENCE_NUMBER {
+            shared
+                .lock()
+                .book
+                .on_acked(&batch.tp, batch.sequence, count);
+            let base = if p.error_code == 0 { p.base_offset } else { -1 };
+            finish(shared, batch, Ok((base, p.log_append_time_ms)));
+            continue;
+        }
+        let code = KafkaCode::from_code(p.error_code);
+        let message = p.error_message.as_ref().map(|m| m.as_str().to_owned());
+        let tp = batch.tp.clone();
+        let error = || ClientError::Server {
+            code,
+            api: ApiKey::Produce,
+            broker: Some(broker),
+            topic: Some(tp.topic.clone()),
+            partition: Some(tp.partition),
+            message: message.clone(),
+        };
+        if error().needs_metadata_refresh() {
+            shared.cluster.invalidate_topic(&tp.topic);
+        }
+        tracing::debug!(%tp, error = %code, attempt = batch.attempts, "produce failed for a partition");
+        retry_or_fail(shared, batch, p.error_code, code.retriable, &error);
+    }
+}
+
+/// Applies the sequence book's verdict on a failed batch.
+fn retry_or_fail(
+    shared: &Shared,
+    mut batch: ProducerBatch,
+    code: i16,
+    retriable: bool,
+    error: &dyn Fn() -> ClientError,
+) {
+    let options = &shared.options;
+    let mut state = shared.lock();
+    let mut action = state
+        .book
+        .on_failed(&batch.tp, batch.sequence, code, retriable);
+    let expired = batch.created.elapsed() >= options.delivery_timeout;
+    if action == FailureAction::Retry && (batch.attempts > options.retries || expired) {
+        action = if batch.sequence.is_some() {
+            FailureAction::FailAndResetProducer
+        } else {
+            FailureAction::Fail
+        };
+    }
+    match action {
+        FailureAction::Retry => {
+            let config = shared.cluster.config();
+            let delay =
+                Backoff::new(config.retry_backoff, config.retry_backoff_max).delay(batch.attempts);
+            batch.retry_at = Some(Instant::now() + delay);
+            state.acc.requeue(batch);
+        }
+        FailureAction::Fail => {
+            drop(state);
+            finish(shared, batch, Err(error));
+        }
+        FailureAction::FailAndResetProducer => {
+            // The broker's sequence for this partition no longer matches
+            // ours: a new producer id starts every partition at 0.
+            state.identity.valid = false;
+            drop(state);
+            finish(shared, batch, Err(error));
+        }
+    }
+}
+
+/// Completes every record of `batch`: offsets `base + i`, or the error.
+fn finish(
+    shared: &Shared,
+    batch: ProducerBatch,
+    outcome: Result<(i64, i64), &dyn Fn() -> ClientError>,
+) {
+    let n = batch.record_count();
+    let tp = batch.tp;
+    for (i, delivery) in batch.deliveries.into_iter().enumerate() {
+        let result = match outcome {
+            Ok((base, append_time)) => Ok(RecordMetadata {
+                topic: tp.topic.clone(),
+                partition: tp.partition,
+                offset: if base < 0 { -1 } else { base + i as i64 },
+                timestamp: if append_time >= 0 {
+                    append_time
+                } else {
+                    delivery.timestamp
+                },
+            }),
+            Err(make) => Err(make()),
+        };
+        // The caller may have dropped its future.
+        let _ = delivery.tx.send(result);
+    }
+    // Dropping the batch returns its buffer.memory.
+    drop(batch.memory);
+    shared.records_done(n);
+}
+
+/// Fails every queued batch with `error` (when no producer id can be had).
+fn fail_all(shared: &Shared, error: &ClientError) {
+    let batches = shared.lock().acc.drain_all();
+    let message = error.to_string();
+    for batch in batches {
+        finish(
+            shared,
+            batch,
+            Err(&|| ClientError::RetriesExhausted {
+                what: format!("InitProducerId: {message}"),
+                attempts: 1,
+                last: Box::new(ClientError::Closed),
+            }),
+        );
+    }
+}
+
+async fn init_producer_id(shared: &Shared) -> crate::Result<Identity> {
+    let cluster = &shared.cluster;
+    let request = InitProducerIdRequest::default()
+        .with_transactional_id(None)
+        .with_transaction_timeout_ms(60_000)
+        .with_producer_id((-1).into())
+        .with_producer_epoch(-1);
+    cluster
+        .retry("InitProducerId", || async {
+            let response = cluster.request_any(Lane::Produce, &request).await?;
+            ClientError::check(response.error_code, ApiKey::InitProducerId, None, None)?;
+            Ok(Identity {
+                producer_id: response.producer_id.0,
+                epoch: response.producer_epoch,
+                valid: true,
+            })
+        })
+        .await
+}
