@@ -135,7 +135,10 @@ note "WEIR_PYTHON=$WEIR_PYTHON"
 step broker-probe "$WEIR_PYTHON" "$SCRIPT_DIR/interop/probe_tansu.py"
 
 # ---- cargo -------------------------------------------------------------------------------
-step fmt cargo fmt --all -- --check
+# rustfmt colours its diff even into a pipe; CI logs read better without escape codes.
+fmt_color=()
+[[ -t 1 ]] || fmt_color=(--color never)
+step fmt cargo fmt --all -- --check "${fmt_color[@]}"
 step clippy cargo clippy --workspace --all-targets -- -D warnings
 if [[ "$TEST_RUNNER" == nextest ]]; then
     step tests cargo nextest run --workspace --no-fail-fast
