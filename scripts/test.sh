@@ -19,7 +19,7 @@
 #   WEIR_KAFKA_TOOL     absolute path of scripts/interop/kafka_tool.py, to run with it:
 #                       "$WEIR_PYTHON" "$WEIR_KAFKA_TOOL" consume -t TOPIC --from-beginning ...
 #   WEIR_BROKER_KIND    "tansu" when this script started tansu (so tests can name its known
-#                       faults when they skip); unset for a broker given via KAFKA_BOOTSTRAP
+#                       faults when they skip); with KAFKA_BOOTSTRAP given, the caller's value
 # CARGO_TARGET_DIR is respected; by default cargo's target/ is used.
 set -euo pipefail
 
@@ -109,7 +109,7 @@ if [[ -n "${KAFKA_BOOTSTRAP:-}" ]]; then
     note "KAFKA_BOOTSTRAP=$KAFKA_BOOTSTRAP given: using that broker, not starting tansu"
     python3 "$SCRIPT_DIR/kafka_ping.py" --timeout 5 "${KAFKA_BOOTSTRAP%%,*}" ||
         fatal "the broker at $KAFKA_BOOTSTRAP does not answer ApiVersions"
-    unset WEIR_BROKER_KIND
+    # WEIR_BROKER_KIND stays whatever the caller set (e.g. tansu started by hand).
 else
     "$SCRIPT_DIR/broker.sh" install || fatal "could not install tansu"
     # A run dir of our own, so a broker a developer started by hand is left alone.
