@@ -1,5 +1,8 @@
 //! Producer and consumer against a real broker (`KAFKA_BOOTSTRAP`).
 
+// Helpers outside #[test] functions are test code too.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
 mod data_support;
 
 use std::collections::HashMap;

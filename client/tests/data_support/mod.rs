@@ -1,6 +1,6 @@
 //! Shared by the producer and consumer tests against a real broker.
 
-#![allow(dead_code)]
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::time::Duration;
 
