@@ -70,6 +70,9 @@ struct Inner {
 #[derive(Clone)]
 pub struct Cluster {
     inner: Arc<Inner>,
+    /// Whether Metadata requests from this handle may create topics; see
+    /// [`Cluster::with_auto_create`].
+    auto_create: bool,
 }
 
 impl std::fmt::Debug for Cluster {
@@ -99,9 +102,21 @@ impl Cluster {
                 refresh_lock: AsyncMutex::new(()),
                 coordinators: coordinator::CoordinatorCache::default(),
             }),
+            auto_create: false,
         };
+        let cluster = cluster.with_auto_create(cluster.inner.config.allow_auto_create_topics);
         cluster.refresh_metadata(&[]).await?;
         Ok(cluster)
+    }
+
+    /// A handle on the same cluster (same connections and cache) whose
+    /// Metadata requests ask the broker to create missing topics, or not. The
+    /// admin client never does: describing a deleted topic must not bring it back.
+    pub fn with_auto_create(&self, allow: bool) -> Cluster {
+        Cluster {
+            inner: Arc::clone(&self.inner),
+            auto_create: allow,
+        }
     }
 
     /// The configuration this cluster was built from.
@@ -188,7 +203,7 @@ impl Cluster {
                     })
                     .collect()
             }))
-            .with_allow_auto_topic_creation(self.inner.config.allow_auto_create_topics);
+            .with_allow_auto_topic_creation(self.auto_create);
         self.inner.stale.store(false, Ordering::Release);
         let response: MetadataResponse = self.request_any(Lane::Metadata, &request).await?;
         let merged = Arc::new(current.merged(&response, topics.is_none(), Instant::now()));
@@ -392,6 +407,19 @@ impl Cluster {
         })
     }
 
+    /// The controller's node id, or any known broker when the metadata names
+    /// none (a broker forwards controller requests in KRaft clusters).
+    ///
+    /// # Errors
+    /// Connection errors when the metadata cannot be fetched.
+    pub async fn controller(&self) -> Result<BrokerId> {
+        let md = self.metadata(&[]).await?;
+        if md.controller_id >= 0 && md.brokers.contains_key(&md.controller_id) {
+            return Ok(md.controller_id);
+        }
+        Ok(self.any_broker_candidates().first().copied().unwrap_or(-1))
+    }
+
     /// Sends `req` to the controller (admin requests such as CreateTopics).
     ///
     /// # Errors
@@ -401,12 +429,8 @@ impl Cluster {
         R: Request,
         R::Response: ThrottleTime,
     {
-        let md = self.metadata(&[]).await?;
-        if md.controller_id >= 0 && md.brokers.contains_key(&md.controller_id) {
-            self.request(md.controller_id, Lane::Metadata, req).await
-        } else {
-            self.request_any(Lane::Metadata, req).await
-        }
+        let controller = self.controller().await?;
+        self.request(controller, Lane::Metadata, req).await
     }
 
     /// Runs `op` until it succeeds, fails with a non-retriable error, or

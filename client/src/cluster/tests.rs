@@ -269,7 +269,9 @@ async fn find_coordinator_retries_while_unavailable_then_caches() {
         _ => Reply::now(metadata(port, None)),
     })
     .await;
-    let cluster = Cluster::connect(config(std::slice::from_ref(&addr))).await.unwrap();
+    let cluster = Cluster::connect(config(std::slice::from_ref(&addr)))
+        .await
+        .unwrap();
     let node = cluster
         .find_coordinator(CoordinatorKind::Group, "g1")
         .await
