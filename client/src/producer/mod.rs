@@ -411,3 +411,6 @@ impl Shared {
         self.options.buffer_memory.min(Semaphore::MAX_PERMITS)
     }
 }
+
+#[cfg(test)]
+mod tests;
