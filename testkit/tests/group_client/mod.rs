@@ -1,7 +1,13 @@
 //! Group and transaction requests for the coordinator scenario tests, on top
 //! of the minimal test client in `common`.
 
-#![allow(dead_code, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+#![allow(
+    dead_code,
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::too_many_arguments
+)]
 
 use bytes::Bytes;
 use tokio::io::DuplexStream;
@@ -39,7 +45,12 @@ pub fn tid(v: &str) -> TransactionalId {
 }
 
 /// A JoinGroup at `version`, with only the fields that version has.
-pub fn join_request(group: &str, member: &str, instance: Option<&str>, version: i16) -> JoinGroupRequest {
+pub fn join_request(
+    group: &str,
+    member: &str,
+    instance: Option<&str>,
+    version: i16,
+) -> JoinGroupRequest {
     JoinGroupRequest::default()
         .with_group_id(gid(group))
         .with_session_timeout_ms(SESSION_MS)
@@ -60,11 +71,14 @@ pub fn join_request(group: &str, member: &str, instance: Option<&str>, version: 
 pub async fn start_join(c: &mut Client, group: &str, version: i16) -> String {
     let mut member = String::new();
     if version >= 4 {
-        let first = c.call(version, &join_request(group, "", None, version)).await;
+        let first = c
+            .call(version, &join_request(group, "", None, version))
+            .await;
         assert_eq!(first.error_code, 79, "MEMBER_ID_REQUIRED");
         member = first.member_id.to_string();
     }
-    c.send_only(version, &join_request(group, &member, None, version)).await;
+    c.send_only(version, &join_request(group, &member, None, version))
+        .await;
     member
 }
 
@@ -80,13 +94,24 @@ pub async fn join_alone(c: &mut Client, group: &str, version: i16) -> (String, i
     (joined.member_id.to_string(), joined.generation_id)
 }
 
-pub fn sync_request(group: &str, member: &str, generation: i32, instance: Option<&str>, assignments: &[(&str, &[u8])], version: i16) -> SyncGroupRequest {
+pub fn sync_request(
+    group: &str,
+    member: &str,
+    generation: i32,
+    instance: Option<&str>,
+    assignments: &[(&str, &[u8])],
+    version: i16,
+) -> SyncGroupRequest {
     SyncGroupRequest::default()
         .with_group_id(gid(group))
         .with_generation_id(generation)
         .with_member_id(s(member))
         .with_group_instance_id(if version >= 3 { instance.map(s) } else { None })
-        .with_protocol_type(if version >= 5 { Some(s("consumer")) } else { None })
+        .with_protocol_type(if version >= 5 {
+            Some(s("consumer"))
+        } else {
+            None
+        })
         .with_protocol_name(if version >= 5 { Some(s("range")) } else { None })
         .with_assignments(
             assignments
@@ -100,7 +125,13 @@ pub fn sync_request(group: &str, member: &str, generation: i32, instance: Option
         )
 }
 
-pub fn heartbeat_request(group: &str, member: &str, generation: i32, instance: Option<&str>, version: i16) -> HeartbeatRequest {
+pub fn heartbeat_request(
+    group: &str,
+    member: &str,
+    generation: i32,
+    instance: Option<&str>,
+    version: i16,
+) -> HeartbeatRequest {
     HeartbeatRequest::default()
         .with_group_id(gid(group))
         .with_generation_id(generation)
@@ -109,15 +140,25 @@ pub fn heartbeat_request(group: &str, member: &str, generation: i32, instance: O
 }
 
 pub async fn heartbeat(c: &mut Client, group: &str, member: &str, generation: i32) -> i16 {
-    c.call(4, &heartbeat_request(group, member, generation, None, 4)).await.error_code
+    c.call(4, &heartbeat_request(group, member, generation, None, 4))
+        .await
+        .error_code
 }
 
 /// OffsetFetch v7 for one partition: (offset, partition error).
-pub async fn fetch_offset(c: &mut Client, group: &str, t: &str, partition: i32, require_stable: bool) -> (i64, i16) {
+pub async fn fetch_offset(
+    c: &mut Client,
+    group: &str,
+    t: &str,
+    partition: i32,
+    require_stable: bool,
+) -> (i64, i16) {
     let req = OffsetFetchRequest::default()
         .with_group_id(gid(group))
         .with_topics(Some(vec![
-            OffsetFetchRequestTopic::default().with_name(topic(t)).with_partition_indexes(vec![partition]),
+            OffsetFetchRequestTopic::default()
+                .with_name(topic(t))
+                .with_partition_indexes(vec![partition]),
         ]))
         .with_require_stable(require_stable);
     let resp = c.call(7, &req).await;
@@ -127,7 +168,11 @@ pub async fn fetch_offset(c: &mut Client, group: &str, t: &str, partition: i32, 
 }
 
 /// InitProducerId v4: (error, producer id, epoch).
-pub async fn init_producer(c: &mut Client, transactional_id: &str, timeout_ms: i32) -> (i16, i64, i16) {
+pub async fn init_producer(
+    c: &mut Client,
+    transactional_id: &str,
+    timeout_ms: i32,
+) -> (i16, i64, i16) {
     let req = InitProducerIdRequest::default()
         .with_transactional_id(Some(tid(transactional_id)))
         .with_transaction_timeout_ms(timeout_ms)
@@ -138,13 +183,22 @@ pub async fn init_producer(c: &mut Client, transactional_id: &str, timeout_ms: i
 }
 
 /// AddPartitionsToTxn v3: the error of each partition.
-pub async fn add_partitions(c: &mut Client, transactional_id: &str, pid: i64, epoch: i16, t: &str, partitions: &[i32]) -> Vec<i16> {
+pub async fn add_partitions(
+    c: &mut Client,
+    transactional_id: &str,
+    pid: i64,
+    epoch: i16,
+    t: &str,
+    partitions: &[i32],
+) -> Vec<i16> {
     let req = AddPartitionsToTxnRequest::default()
         .with_v3_and_below_transactional_id(tid(transactional_id))
         .with_v3_and_below_producer_id(ProducerId(pid))
         .with_v3_and_below_producer_epoch(epoch)
         .with_v3_and_below_topics(vec![
-            AddPartitionsToTxnTopic::default().with_name(topic(t)).with_partitions(partitions.to_vec()),
+            AddPartitionsToTxnTopic::default()
+                .with_name(topic(t))
+                .with_partitions(partitions.to_vec()),
         ]);
     let resp = c.call(3, &req).await;
     resp.results_by_topic_v3_and_below[0]
@@ -154,7 +208,13 @@ pub async fn add_partitions(c: &mut Client, transactional_id: &str, pid: i64, ep
         .collect()
 }
 
-pub async fn add_offsets(c: &mut Client, transactional_id: &str, pid: i64, epoch: i16, group: &str) -> i16 {
+pub async fn add_offsets(
+    c: &mut Client,
+    transactional_id: &str,
+    pid: i64,
+    epoch: i16,
+    group: &str,
+) -> i16 {
     let req = AddOffsetsToTxnRequest::default()
         .with_transactional_id(tid(transactional_id))
         .with_producer_id(ProducerId(pid))
@@ -182,17 +242,26 @@ pub async fn txn_commit_offset(
         .with_member_id(s(member.0))
         .with_generation_id(member.1)
         .with_topics(vec![
-            TxnOffsetCommitRequestTopic::default().with_name(topic(t)).with_partitions(vec![
-                TxnOffsetCommitRequestPartition::default()
-                    .with_partition_index(0)
-                    .with_committed_offset(offset)
-                    .with_committed_leader_epoch(-1),
-            ]),
+            TxnOffsetCommitRequestTopic::default()
+                .with_name(topic(t))
+                .with_partitions(vec![
+                    TxnOffsetCommitRequestPartition::default()
+                        .with_partition_index(0)
+                        .with_committed_offset(offset)
+                        .with_committed_leader_epoch(-1),
+                ]),
         ]);
     c.call(3, &req).await.topics[0].partitions[0].error_code
 }
 
-pub async fn end_txn(c: &mut Client, transactional_id: &str, pid: i64, epoch: i16, commit: bool, version: i16) -> i16 {
+pub async fn end_txn(
+    c: &mut Client,
+    transactional_id: &str,
+    pid: i64,
+    epoch: i16,
+    commit: bool,
+    version: i16,
+) -> i16 {
     let req = EndTxnRequest::default()
         .with_transactional_id(tid(transactional_id))
         .with_producer_id(ProducerId(pid))

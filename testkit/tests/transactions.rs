@@ -1,0 +1,326 @@
+//! Transactions over the wire: commit and abort as read_committed consumers
+//! see them, fencing by a new producer instance, the transaction timeout,
+//! and transactional offsets (KIP-447).
+
+// Helpers outside `#[test]` functions unwrap too: a failure is the test failing.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+mod group_client;
+
+use std::time::Duration;
+
+use common::{Producer, TestClient, batch, fetch_request, produce_request};
+use group_client::*;
+use weir_protocol::kafka_protocol::messages::{FetchRequest, ProduceRequest};
+use weir_protocol::records::{ControlKind, DecodeOptions, decode_batches};
+use weir_testkit::Cluster;
+
+const TX: &str = "tx";
+const FV: i16 = 12;
+
+async fn setup() -> (Cluster, Client) {
+    let cluster = Cluster::builder().build().await.unwrap();
+    cluster
+        .create_topic("t", 1, [] as [(&str, &str); 0])
+        .await
+        .unwrap();
+    let c = TestClient::new(cluster.connect_duplex(0).await.unwrap(), "p");
+    (cluster, c)
+}
+
+async fn produce_txn(c: &mut Client, pid: i64, epoch: i16, seq: i32, vals: &[&str]) -> i16 {
+    let p = Producer {
+        id: pid,
+        epoch,
+        seq,
+        transactional: true,
+    };
+    let resp = c
+        .call(9, &produce_request("t", 0, batch(vals, p), -1, Some(TX)))
+        .await;
+    resp.responses[0].partition_responses[0].error_code
+}
+
+/// A read_committed fetch from 0: (committed values, LSO, HW, aborted producer ids).
+async fn read_committed(c: &mut Client) -> (Vec<String>, i64, i64, Vec<(i64, i64)>) {
+    let resp = c
+        .call::<FetchRequest>(FV, &fetch_request("t", 0, 0).with_isolation_level(1))
+        .await;
+    let p = &resp.responses[0].partitions[0];
+    let aborted: Vec<(i64, i64)> = p
+        .aborted_transactions
+        .iter()
+        .flatten()
+        .map(|a| (a.producer_id.0, a.first_offset))
+        .collect();
+    let records = p.records.clone().unwrap_or_default();
+    (
+        committed_values(&records, &aborted),
+        p.last_stable_offset,
+        p.high_watermark,
+        aborted,
+    )
+}
+
+/// What a read_committed consumer delivers: Kafka's algorithm. A producer's
+/// batches from the first offset of one of its aborted transactions up to
+/// its ABORT marker are skipped; control records are never data.
+fn committed_values(records: &bytes::Bytes, aborted: &[(i64, i64)]) -> Vec<String> {
+    let decoded = decode_batches(records, &DecodeOptions::default()).unwrap();
+    let mut pending: Vec<(i64, i64)> = aborted.to_vec();
+    pending.sort_by_key(|&(_, first)| first);
+    let mut pending = std::collections::VecDeque::from(pending);
+    let mut skipping = std::collections::HashSet::new();
+    let mut out = Vec::new();
+    for b in &decoded.batches {
+        let pid = b.header.producer_id;
+        // Each aborted transaction starts skipping once, at its first offset.
+        while pending
+            .front()
+            .is_some_and(|&(_, first)| first <= b.header.last_offset())
+        {
+            if let Some((p, _)) = pending.pop_front() {
+                skipping.insert(p);
+            }
+        }
+        if b.header.is_control() {
+            if b.control().is_some_and(|c| c.kind == ControlKind::Abort) {
+                skipping.remove(&pid);
+            }
+            continue;
+        }
+        if !skipping.contains(&pid) {
+            out.extend(
+                b.records
+                    .iter()
+                    .map(|r| String::from_utf8(r.value.clone().unwrap().to_vec()).unwrap()),
+            );
+        }
+    }
+    out
+}
+
+#[tokio::test]
+async fn committed_records_become_visible_and_aborted_ones_are_listed() {
+    let (_cluster, mut c) = setup().await;
+    let (code, pid, epoch) = init_producer(&mut c, TX, 60_000).await;
+    assert_eq!((code, epoch), (0, 0));
+    // Writing to a partition that was not added is refused.
+    assert_eq!(
+        produce_txn(&mut c, pid, epoch, 0, &["early"]).await,
+        48,
+        "INVALID_TXN_STATE"
+    );
+    assert_eq!(
+        add_partitions(&mut c, TX, pid, epoch, "t", &[0]).await,
+        vec![0]
+    );
+    assert_eq!(produce_txn(&mut c, pid, epoch, 0, &["a", "b"]).await, 0);
+    let (vals, lso, hw, _) = read_committed(&mut c).await;
+    assert_eq!((vals.len(), lso, hw), (0, 0, 2), "open: nothing is stable");
+    assert_eq!(end_txn(&mut c, TX, pid, epoch, true, 3).await, 0);
+    let (vals, lso, hw, aborted) = read_committed(&mut c).await;
+    assert_eq!(vals, vec!["a", "b"]);
+    assert_eq!((lso, hw), (3, 3), "the COMMIT marker is at offset 2");
+    assert!(aborted.is_empty());
+    // A retried EndTxn is harmless; the opposite outcome is not allowed.
+    assert_eq!(end_txn(&mut c, TX, pid, epoch, true, 3).await, 0);
+    assert_eq!(end_txn(&mut c, TX, pid, epoch, false, 3).await, 48);
+
+    assert_eq!(
+        add_partitions(&mut c, TX, pid, epoch, "t", &[0]).await,
+        vec![0]
+    );
+    assert_eq!(produce_txn(&mut c, pid, epoch, 2, &["x"]).await, 0);
+    assert_eq!(end_txn(&mut c, TX, pid, epoch, false, 3).await, 0);
+    let (vals, lso, hw, aborted) = read_committed(&mut c).await;
+    assert_eq!(vals, vec!["a", "b"], "the aborted record is skipped");
+    assert_eq!((lso, hw), (5, 5));
+    assert_eq!(aborted, vec![(pid, 3)]);
+    // Unknown partitions: that one UNKNOWN_TOPIC_OR_PARTITION, the rest not attempted.
+    assert_eq!(
+        add_partitions(&mut c, TX, pid, epoch, "t", &[0, 9]).await,
+        vec![55, 3]
+    );
+}
+
+#[tokio::test]
+async fn a_new_instance_fences_the_old_one_and_aborts_its_open_transaction() {
+    let (_cluster, mut old) = setup().await;
+    let (_, pid, epoch) = init_producer(&mut old, TX, 60_000).await;
+    assert_eq!(
+        add_partitions(&mut old, TX, pid, epoch, "t", &[0]).await,
+        vec![0]
+    );
+    assert_eq!(produce_txn(&mut old, pid, epoch, 0, &["zombie"]).await, 0);
+
+    let mut new = TestClient::new(_cluster.connect_duplex(0).await.unwrap(), "p2");
+    // The first attempt aborts the open transaction and asks for a retry.
+    assert_eq!(
+        init_producer(&mut new, TX, 60_000).await.0,
+        51,
+        "CONCURRENT_TRANSACTIONS"
+    );
+    let (code, pid2, epoch2) = init_producer(&mut new, TX, 60_000).await;
+    assert_eq!((code, pid2, epoch2), (0, pid, epoch + 2));
+    let (vals, lso, hw, aborted) = read_committed(&mut new).await;
+    assert!(
+        vals.is_empty(),
+        "the zombie's record is never visible: {vals:?}"
+    );
+    assert_eq!((lso, hw), (2, 2));
+    assert_eq!(aborted, vec![(pid, 0)]);
+
+    // The old instance is fenced on every path.
+    assert_eq!(
+        end_txn(&mut old, TX, pid, epoch, true, 3).await,
+        90,
+        "PRODUCER_FENCED"
+    );
+    assert_eq!(
+        end_txn(&mut old, TX, pid, epoch, true, 1).await,
+        47,
+        "INVALID_PRODUCER_EPOCH before KIP-588"
+    );
+    assert_eq!(
+        add_partitions(&mut old, TX, pid, epoch, "t", &[0]).await,
+        vec![90]
+    );
+    assert_ne!(produce_txn(&mut old, pid, epoch, 1, &["late"]).await, 0);
+    // The new instance works.
+    assert_eq!(
+        add_partitions(&mut new, TX, pid2, epoch2, "t", &[0]).await,
+        vec![0]
+    );
+    assert_eq!(produce_txn(&mut new, pid2, epoch2, 0, &["fresh"]).await, 0);
+    assert_eq!(end_txn(&mut new, TX, pid2, epoch2, true, 3).await, 0);
+    assert_eq!(read_committed(&mut new).await.0, vec!["fresh"]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_transaction_timeout_aborts_exactly_on_time() {
+    let (_cluster, mut c) = setup().await;
+    let (_, pid, epoch) = init_producer(&mut c, TX, 10_000).await;
+    assert_eq!(
+        add_partitions(&mut c, TX, pid, epoch, "t", &[0]).await,
+        vec![0]
+    );
+    let started = tokio::time::Instant::now();
+    assert_eq!(produce_txn(&mut c, pid, epoch, 0, &["slow"]).await, 0);
+    tokio::time::sleep_until(started + Duration::from_millis(9_999)).await;
+    let (_, lso, hw, _) = read_committed(&mut c).await;
+    assert_eq!((lso, hw), (0, 1), "still open 1 ms before the timeout");
+    tokio::time::sleep_until(started + Duration::from_millis(10_001)).await;
+    let (vals, lso, hw, aborted) = read_committed(&mut c).await;
+    assert_eq!((lso, hw), (2, 2), "aborted by the coordinator");
+    assert!(vals.is_empty());
+    assert_eq!(aborted, vec![(pid, 0)]);
+    assert_eq!(
+        end_txn(&mut c, TX, pid, epoch, true, 3).await,
+        90,
+        "the producer was fenced"
+    );
+}
+
+#[tokio::test]
+async fn transactional_offsets_are_pending_until_commit_and_zombies_are_refused() {
+    let (cluster, mut p) = setup().await;
+    let mut consumer = TestClient::new(cluster.connect_duplex(0).await.unwrap(), "c1");
+    let (member, generation) = join_alone(&mut consumer, "grp", 5).await;
+    consumer
+        .call(5, &sync_request("grp", &member, generation, None, &[], 5))
+        .await;
+
+    let (_, pid, epoch) = init_producer(&mut p, TX, 60_000).await;
+    assert_eq!(add_offsets(&mut p, TX, pid, epoch, "grp").await, 0);
+    let who = (member.as_str(), generation);
+    assert_eq!(
+        txn_commit_offset(&mut p, TX, pid, epoch, "grp", who, "t", 10).await,
+        0
+    );
+    assert_eq!(
+        fetch_offset(&mut consumer, "grp", "t", 0, false).await,
+        (-1, 0),
+        "invisible"
+    );
+    assert_eq!(
+        fetch_offset(&mut consumer, "grp", "t", 0, true).await,
+        (-1, 88),
+        "UNSTABLE_OFFSET_COMMIT"
+    );
+    assert_eq!(end_txn(&mut p, TX, pid, epoch, true, 3).await, 0);
+    assert_eq!(
+        fetch_offset(&mut consumer, "grp", "t", 0, true).await,
+        (10, 0)
+    );
+
+    // An aborted transaction's offsets never appear.
+    assert_eq!(add_offsets(&mut p, TX, pid, epoch, "grp").await, 0);
+    assert_eq!(
+        txn_commit_offset(&mut p, TX, pid, epoch, "grp", who, "t", 20).await,
+        0
+    );
+    assert_eq!(end_txn(&mut p, TX, pid, epoch, false, 3).await, 0);
+    assert_eq!(
+        fetch_offset(&mut consumer, "grp", "t", 0, true).await,
+        (10, 0)
+    );
+
+    // A rebalance makes the old generation a zombie (KIP-447).
+    let mut second = TestClient::new(cluster.connect_duplex(0).await.unwrap(), "c2");
+    let m2 = start_join(&mut second, "grp", 5).await;
+    consumer
+        .send_only(5, &join_request("grp", &member, None, 5))
+        .await;
+    let (j1, _) = (
+        finish_join(&mut consumer, 5).await,
+        finish_join(&mut second, 5).await,
+    );
+    assert_eq!(j1.generation_id, generation + 1);
+    assert_eq!(add_offsets(&mut p, TX, pid, epoch, "grp").await, 0);
+    assert_eq!(
+        txn_commit_offset(&mut p, TX, pid, epoch, "grp", who, "t", 30).await,
+        22,
+        "ILLEGAL_GENERATION"
+    );
+    let unknown = ("gone", generation + 1);
+    assert_eq!(
+        txn_commit_offset(&mut p, TX, pid, epoch, "grp", unknown, "t", 30).await,
+        25,
+        "UNKNOWN_MEMBER_ID"
+    );
+    let current = (m2.as_str(), generation + 1);
+    assert_eq!(
+        txn_commit_offset(&mut p, TX, pid, epoch, "grp", current, "t", 30).await,
+        0
+    );
+    assert_eq!(end_txn(&mut p, TX, pid, epoch, true, 3).await, 0);
+    assert_eq!(
+        fetch_offset(&mut consumer, "grp", "t", 0, true).await,
+        (30, 0)
+    );
+}
+
+#[tokio::test]
+async fn idempotent_producers_get_fresh_ids() {
+    let (_cluster, mut c) = setup().await;
+    let req = weir_protocol::kafka_protocol::messages::InitProducerIdRequest::default()
+        .with_transactional_id(None)
+        .with_transaction_timeout_ms(-1);
+    let a = c.call(4, &req).await;
+    let b = c.call(0, &req).await;
+    assert_eq!((a.error_code, b.error_code), (0, 0));
+    assert_ne!(a.producer_id, b.producer_id);
+    assert_eq!((a.producer_epoch, b.producer_epoch), (0, 0));
+    let p = Producer {
+        id: a.producer_id.0,
+        epoch: 0,
+        seq: 0,
+        transactional: false,
+    };
+    let resp = c
+        .call::<ProduceRequest>(9, &produce_request("t", 0, batch(&["i"], p), -1, None))
+        .await;
+    assert_eq!(resp.responses[0].partition_responses[0].error_code, 0);
+}
