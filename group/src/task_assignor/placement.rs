@@ -197,6 +197,54 @@ pub(super) fn standbys(
             }
         }
     }
+    balance_standbys(input, clients);
+}
+
+/// Evens out standby counts after the greedy placement, which can corner
+/// itself (the only clients with room already hold the task). Moves a standby
+/// from a client to one with a lower load while the move does not reverse
+/// the imbalance (Kafka's `shouldMoveATask`); every move lowers
+/// `Σ count²/capacity`, so this ends.
+fn balance_standbys(input: &TaskAssignmentInput, clients: &mut BTreeMap<String, ClientAssignment>) {
+    let capacity = |id: &str| input.clients.get(id).map_or(1, |c| c.capacity.max(1));
+    loop {
+        let mut moved = false;
+        let ids: Vec<String> = clients.keys().cloned().collect();
+        for from in &ids {
+            for to in &ids {
+                let (Some(src), Some(dst)) = (clients.get(from), clients.get(to)) else {
+                    continue;
+                };
+                let (cf, ct) = (src.standby.len(), dst.standby.len());
+                if from == to || cf == 0 {
+                    continue;
+                }
+                // Move only if (cf-1)/cap_from >= (ct+1)/cap_to.
+                if cmp_load(cf - 1, capacity(from), ct + 1, capacity(to)) == Ordering::Less {
+                    continue;
+                }
+                let to_state = input.clients.get(to.as_str());
+                let candidate = src
+                    .standby
+                    .iter()
+                    .filter(|task| !dst.holds(task))
+                    .min_by_key(|task| to_state.map(|c| lag_rank(c, task)))
+                    .copied();
+                if let Some(task) = candidate {
+                    if let Some(c) = clients.get_mut(from) {
+                        c.standby.remove(&task);
+                    }
+                    if let Some(c) = clients.get_mut(to) {
+                        c.standby.insert(task);
+                    }
+                    moved = true;
+                }
+            }
+        }
+        if !moved {
+            break;
+        }
+    }
 }
 
 /// Spreads stateless tasks, one at a time, over the client with the lowest
