@@ -267,7 +267,7 @@ fn cluster_plus_one(
     stateful: u32,
     stateless: u32,
     config: &TaskAssignorConfig,
-) -> TaskAssignmentInput {
+) -> Result<TaskAssignmentInput, String> {
     let mut input = TaskAssignmentInput {
         clients: (0..clients)
             .map(|i| (format!("node-{i}"), ClientState::new(2)))
@@ -275,10 +275,10 @@ fn cluster_plus_one(
         stateful_tasks: (0..stateful).map(|p| t(0, p)).collect(),
         stateless_tasks: (0..stateless).map(|p| t(1, p)).collect(),
     };
-    let (_, settled_input, settled) = converge(input.clone(), config, 100).unwrap();
+    let (_, settled_input, settled) = converge(input.clone(), config, 100)?;
     input = next_round(&settled_input, &settled);
     input.clients.insert("node-new".into(), ClientState::new(2));
-    input
+    Ok(input)
 }
 
 proptest! {
@@ -314,7 +314,7 @@ proptest! {
             num_standby_replicas: standbys,
             ..TaskAssignorConfig::default()
         };
-        let input = cluster_plus_one(clients, stateful, stateless, &config);
+        let input = cluster_plus_one(clients, stateful, stateless, &config).map_err(TestCaseError::fail)?;
         // Rounds after the rebalance the join itself causes.
         let bound = stateful as usize / warmups as usize + 1;
         let before = input.clone();
