@@ -9,7 +9,7 @@
 //! coordinator of one group or transactional id: its requests there are
 //! never answered, as when packets are lost, until the partition is healed.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -80,6 +80,9 @@ impl RequestMatcher {
 pub enum InterceptAction {
     /// Never answer it (the client times out).
     Drop,
+    /// Handle it, but lose the response: the client times out and retries
+    /// a request that did take effect (what idempotence must absorb).
+    DropResponse,
     /// Handle it after this long (on tokio's clock).
     Delay(Duration),
     /// Answer with this Kafka error code in every error field of the
@@ -182,6 +185,8 @@ pub enum FaultAction {
     None,
     /// Never answer.
     Drop,
+    /// Handle it but never answer.
+    DropResponse,
     /// Handle it later.
     Delay(Duration),
     /// Answer with an error code.
@@ -202,6 +207,7 @@ pub struct Faults {
     log: VecDeque<LoggedRequest>,
     log_capacity: usize,
     held: HashMap<RequestId, (RequestContext, RequestKind)>,
+    lost_responses: HashSet<RequestId>,
     next_id: u64,
 }
 
@@ -213,6 +219,7 @@ impl Default for Faults {
             log: VecDeque::new(),
             log_capacity: DEFAULT_LOG_CAPACITY,
             held: HashMap::new(),
+            lost_responses: HashSet::new(),
             next_id: 1,
         }
     }
@@ -311,6 +318,7 @@ impl Faults {
         }
         match action {
             InterceptAction::Drop => FaultAction::Drop,
+            InterceptAction::DropResponse => FaultAction::DropResponse,
             InterceptAction::Delay(d) => FaultAction::Delay(d),
             InterceptAction::Error(code) => FaultAction::Error(code),
             InterceptAction::CloseConnection => FaultAction::Close,
@@ -319,6 +327,15 @@ impl Faults {
 
     pub(crate) fn hold(&mut self, ctx: RequestContext, body: RequestKind) {
         self.held.insert(ctx.request_id, (ctx, body));
+    }
+
+    pub(crate) fn lose_response(&mut self, id: RequestId) {
+        self.lost_responses.insert(id);
+    }
+
+    /// Whether the response to this request must be lost; forgets it.
+    pub(crate) fn is_response_lost(&mut self, id: RequestId) -> bool {
+        self.lost_responses.remove(&id)
     }
 
     pub(crate) fn release(&mut self, id: RequestId) -> Option<(RequestContext, RequestKind)> {

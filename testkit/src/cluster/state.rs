@@ -177,6 +177,12 @@ impl ClusterState {
     /// Answers a request that a handler deferred with `Reply::Later`.
     /// Does nothing if the connection has gone away meanwhile.
     pub fn respond(&mut self, request: RequestId, body: ResponseKind) {
+        if self.faults.is_response_lost(request) {
+            // The responder stays parked: the client hears nothing, as if
+            // the response were lost on the network.
+            debug!(request, "fault: response lost");
+            return;
+        }
         match self.responders.remove(&request) {
             Some(r) => {
                 let _ = r.tx.send(Outcome::Respond(Box::new(body), r.version));

@@ -154,6 +154,11 @@ fn handle_request(
     let action = state.faults.action_for(&ctx, &request.body);
     let reply = match action {
         FaultAction::None => handlers::dispatch(state, &ctx, request.body),
+        FaultAction::DropResponse => {
+            debug!(api = ?ctx.api_key, connection = connection_id, "fault: response will be lost");
+            state.faults.lose_response(ctx.request_id);
+            handlers::dispatch(state, &ctx, request.body)
+        }
         FaultAction::Drop => {
             debug!(api = ?ctx.api_key, connection = connection_id, "fault: request dropped");
             Reply::Swallow
@@ -184,6 +189,9 @@ pub(crate) fn finish(state: &mut ClusterState, request: handlers::RequestId, rep
     match reply {
         Reply::Now(body) => state.respond(request, body),
         Reply::NowAt(body, version) => {
+            if state.faults.is_response_lost(request) {
+                return;
+            }
             if let Some(r) = state.responders.remove(&request) {
                 let _ = r.tx.send(Outcome::Respond(Box::new(body), version));
             }

@@ -1,0 +1,200 @@
+//! Fidelity: librdkafka (confluent-kafka, a client nobody here wrote)
+//! produces and consumes against the testkit, with the idempotent producer.
+
+// Helpers outside #[test] functions unwrap too: a failure is a test failure.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+use std::collections::BTreeMap;
+
+use common::librdkafka::{Server, kafka_tool, python_or_skip, records_json};
+use serde_json::Value;
+use weir_protocol::ApiKey;
+use weir_testkit::{Cluster, Intercept, InterceptAction, RequestMatcher};
+
+fn str_of(v: &Value, field: &str) -> String {
+    v[field].as_str().unwrap_or_default().to_owned()
+}
+
+#[test]
+fn idempotent_producer_round_trips_every_codec_across_three_brokers() {
+    let Some(py) =
+        python_or_skip("idempotent_producer_round_trips_every_codec_across_three_brokers")
+    else {
+        return;
+    };
+    let server = Server::start(3);
+    let bs = server.bootstrap.as_str();
+    let out = kafka_tool(
+        &py,
+        bs,
+        &["create-topic", "-t", "codecs", "--partitions", "3"],
+        "",
+    );
+    assert_eq!(out.status, 0, "{}", out.stderr);
+
+    let mut produced: Vec<(String, String)> = Vec::new();
+    for codec in ["none", "gzip", "snappy", "lz4", "zstd"] {
+        let records: Vec<(String, String)> = (0..20)
+            .map(|i| (format!("key-{i}"), format!("{codec}-{i}")))
+            .collect();
+        let out = kafka_tool(
+            &py,
+            bs,
+            &["produce", "-t", "codecs", "-z", codec, "--acks", "all"],
+            &records_json(&records),
+        );
+        assert_eq!(out.status, 0, "{codec}: {}", out.stderr);
+        assert_eq!(out.lines.len(), 20);
+        assert!(
+            out.lines.iter().all(|r| r.get("error").is_none()),
+            "{codec}: {:?}",
+            out.lines
+        );
+        produced.extend(records);
+    }
+
+    let out = kafka_tool(
+        &py,
+        bs,
+        &[
+            "consume",
+            "-t",
+            "codecs",
+            "--from-beginning",
+            "--count",
+            "100",
+            "--timeout",
+            "30",
+        ],
+        "",
+    );
+    assert_eq!(out.status, 0, "{}", out.stderr);
+    assert_eq!(out.lines.len(), 100);
+    // Per partition: offsets 0.. without gaps, and records in produce order.
+    let mut by_partition: BTreeMap<i64, Vec<(i64, String, String)>> = BTreeMap::new();
+    for r in &out.lines {
+        by_partition
+            .entry(r["partition"].as_i64().unwrap())
+            .or_default()
+            .push((
+                r["offset"].as_i64().unwrap(),
+                str_of(r, "key"),
+                str_of(r, "value"),
+            ));
+    }
+    assert_eq!(by_partition.len(), 3, "keys spread over every partition");
+    for records in by_partition.values() {
+        let offsets: Vec<i64> = records.iter().map(|r| r.0).collect();
+        assert_eq!(offsets, (0..records.len() as i64).collect::<Vec<_>>());
+        let in_order: Vec<&(String, String)> = produced
+            .iter()
+            .filter(|(k, v)| records.iter().any(|r| &r.1 == k && &r.2 == v))
+            .collect();
+        let got: Vec<(String, String)> =
+            records.iter().map(|r| (r.1.clone(), r.2.clone())).collect();
+        assert_eq!(got, in_order.into_iter().cloned().collect::<Vec<_>>());
+    }
+    let out = kafka_tool(&py, bs, &["offsets", "-t", "codecs"], "");
+    assert_eq!(out.status, 0, "{}", out.stderr);
+    let total: i64 = out
+        .lines
+        .iter()
+        .map(|r| r["high"].as_i64().unwrap() - r["low"].as_i64().unwrap())
+        .sum();
+    assert_eq!(total, 100, "watermarks match what was produced");
+}
+
+#[test]
+fn a_retried_produce_whose_response_was_lost_is_written_once() {
+    let Some(py) = python_or_skip("a_retried_produce_whose_response_was_lost_is_written_once")
+    else {
+        return;
+    };
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let cluster = rt.block_on(async {
+        let cluster = Cluster::builder().build().await.unwrap();
+        cluster
+            .create_topic("retry", 1, [] as [(&str, &str); 0])
+            .await
+            .unwrap();
+        // The first Produce is appended, but librdkafka never hears back.
+        let lose = Intercept::new(
+            RequestMatcher::api(ApiKey::Produce),
+            InterceptAction::DropResponse,
+        )
+        .times(1);
+        cluster.intercept(lose).await.unwrap();
+        cluster
+    });
+    let records: Vec<(String, String)> =
+        (0..5).map(|i| ("k".to_owned(), format!("v{i}"))).collect();
+    let out = kafka_tool(
+        &py,
+        &cluster.bootstrap(),
+        &[
+            "produce",
+            "-t",
+            "retry",
+            "--linger-ms",
+            "50",
+            "-X",
+            // librdkafka's client-side request timeout (request.timeout.ms
+            // is only the broker-side ack timeout).
+            "socket.timeout.ms=1500",
+            "--timeout",
+            "30",
+        ],
+        &records_json(&records),
+    );
+    assert_eq!(out.status, 0, "{}", out.stderr);
+    let offsets: Vec<i64> = out
+        .lines
+        .iter()
+        .map(|r| r["offset"].as_i64().unwrap())
+        .collect();
+    assert_eq!(
+        offsets,
+        vec![0, 1, 2, 3, 4],
+        "the retry was acknowledged with the original offsets"
+    );
+
+    let (hwm, produces) = rt.block_on(async {
+        let hwm = cluster.offsets("retry", 0).await.unwrap().2;
+        let log = cluster.requests().await.unwrap();
+        (
+            hwm,
+            log.iter().filter(|r| r.api_key == ApiKey::Produce).count(),
+        )
+    });
+    assert!(
+        produces >= 2,
+        "librdkafka retried ({produces} Produce requests)"
+    );
+    assert_eq!(hwm, 5, "the retried batch was not appended twice");
+    let out = kafka_tool(
+        &py,
+        &cluster.bootstrap(),
+        &[
+            "consume",
+            "-t",
+            "retry",
+            "--from-beginning",
+            "--until-eof",
+            "--timeout",
+            "20",
+        ],
+        "",
+    );
+    assert_eq!(out.status, 0, "{}", out.stderr);
+    let values: Vec<String> = out.lines.iter().map(|r| str_of(r, "value")).collect();
+    assert_eq!(
+        values,
+        records.iter().map(|(_, v)| v.clone()).collect::<Vec<_>>()
+    );
+}
