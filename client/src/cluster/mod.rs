@@ -106,6 +106,9 @@ impl Cluster {
         };
         let cluster = cluster.with_auto_create(cluster.inner.config.allow_auto_create_topics);
         cluster.refresh_metadata(&[]).await?;
+        // From now on brokers are dialled by node id; the bootstrap
+        // connection would only sit idle.
+        cluster.inner.pool.drop_bootstrap_connections();
         Ok(cluster)
     }
 
@@ -323,6 +326,33 @@ impl Cluster {
     {
         let conn = self.connection(broker, lane).await?;
         let result = conn.request(req).await;
+        if result.as_ref().is_err_and(ClientError::is_network) {
+            self.inner.pool.discard(broker, lane, &conn).await;
+        }
+        result
+    }
+
+    /// [`request`](Self::request) with its own timeout instead of
+    /// `request.timeout.ms`: for requests the broker may legitimately hold
+    /// longer, such as JoinGroup (up to the rebalance timeout) or a Fetch
+    /// with a long `max_wait_ms`.
+    ///
+    /// # Errors
+    /// As [`request`](Self::request).
+    pub async fn request_with_timeout<R>(
+        &self,
+        broker: BrokerId,
+        lane: Lane,
+        req: &R,
+        timeout: std::time::Duration,
+    ) -> Result<R::Response>
+    where
+        R: Request,
+        R::Response: ThrottleTime,
+    {
+        let conn = self.connection(broker, lane).await?;
+        let version = conn.version_for::<R>()?;
+        let result = conn.request_at(version, req, timeout).await;
         if result.as_ref().is_err_and(ClientError::is_network) {
             self.inner.pool.discard(broker, lane, &conn).await;
         }

@@ -107,6 +107,12 @@ impl Pool {
         ids
     }
 
+    /// Closes the connections to bootstrap addresses (negative ids).
+    pub(crate) fn drop_bootstrap_connections(&self) {
+        let mut slots = self.slots.lock().unwrap_or_else(|e| e.into_inner());
+        slots.retain(|(broker, _), _| *broker >= 0);
+    }
+
     /// Closes every connection.
     pub(crate) fn clear(&self) {
         self.slots.lock().unwrap_or_else(|e| e.into_inner()).clear();

@@ -117,6 +117,7 @@ impl ClientConfig {
         "sasl.mechanism",
         "sasl.username",
         "sasl.password",
+        "sasl.jaas.config",
         "ssl.ca.location",
         "ssl.certificate.location",
         "ssl.key.location",
@@ -190,6 +191,12 @@ impl ClientConfig {
             }
             // SCRAM and OAUTHBEARER are not implemented yet.
             "sasl.mechanism" => parse_choice(key, value, &[("PLAIN", ())])?,
+            "sasl.jaas.config" => {
+                let (username, password) = parse_plain_jaas(key, value)?;
+                let sasl = self.sasl_mut();
+                sasl.username = username;
+                sasl.password = password;
+            }
             "sasl.username" => self.sasl_mut().username = value.to_owned(),
             "sasl.password" => self.sasl_mut().password = value.to_owned(),
             "ssl.ca.location" => self.ssl_ca_location = Some(PathBuf::from(value)),
@@ -292,6 +299,26 @@ impl ClientConfig {
                 None
             },
         })
+    }
+}
+
+/// Reads `username="…"` and `password="…"` from a Java-style
+/// `sasl.jaas.config` for `PlainLoginModule`.
+fn parse_plain_jaas(key: &str, value: &str) -> Result<(String, String)> {
+    let expected = "org.apache.kafka.common.security.plain.PlainLoginModule required \
+                    username=\"…\" password=\"…\";";
+    if !value.contains("PlainLoginModule") {
+        return Err(invalid_property(key, "(hidden)", expected));
+    }
+    let field = |name: &str| -> Option<String> {
+        let start = value.find(&format!("{name}=\""))? + name.len() + 2;
+        let len = value.get(start..)?.find('"')?;
+        value.get(start..start + len).map(str::to_owned)
+    };
+    match (field("username"), field("password")) {
+        (Some(u), Some(p)) => Ok((u, p)),
+        // The value holds a password: never echo it in the error.
+        _ => Err(invalid_property(key, "(hidden)", expected)),
     }
 }
 
@@ -444,6 +471,34 @@ mod tests {
         assert!(
             !format!("{c:?}").contains("secret"),
             "the password is never printed"
+        );
+    }
+
+    #[test]
+    fn java_plain_jaas_config_gives_the_credentials() {
+        let jaas = r#"org.apache.kafka.common.security.plain.PlainLoginModule required username="bob" password="p w";"#;
+        let c = ClientConfig::from_properties(&[
+            ("bootstrap.servers", "a:1"),
+            ("security.protocol", "SASL_PLAINTEXT"),
+            ("sasl.jaas.config", jaas),
+        ])
+        .unwrap();
+        let sasl = c.sasl.unwrap();
+        assert_eq!(
+            (sasl.username.as_str(), sasl.password.as_str()),
+            ("bob", "p w")
+        );
+        let e = ClientConfig::from_properties(&[(
+            "sasl.jaas.config",
+            "ScramLoginModule required password=\"hunter2\";",
+        )])
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("sasl.jaas.config")
+                && e.contains("PlainLoginModule")
+                && !e.contains("hunter2"),
+            "{e}"
         );
     }
 
