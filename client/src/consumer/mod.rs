@@ -312,3 +312,6 @@ impl Consumer {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests;
