@@ -9,7 +9,8 @@
 #    is used as it is;
 # 3. independent clients: a Python venv with confluent-kafka and kafka-python, smoke-tested
 #    against the broker (scripts/interop/probe_tansu.py);
-# 4. cargo fmt --check, clippy -D warnings, nextest (unit + integration), doc tests.
+# 4. cargo fmt --check, clippy -D warnings, nextest (unit + integration), the same probe
+#    against weir-testkit (scripts/interop/probe_testkit.sh), doc tests.
 #
 # Every cargo step runs even if an earlier one failed, so one run shows all problems; the
 # exit status is non-zero if any step failed. Tests see:
@@ -146,6 +147,9 @@ else
     # --all-targets leaves doc tests out; they get their own step below.
     step tests cargo test --workspace --all-targets --no-fail-fast
 fi
+# weir-testkit stands in for Kafka where tansu is wrong, so an independent client checks it
+# too, strictly (read_committed must hide aborted records there).
+step testkit-probe "$SCRIPT_DIR/interop/probe_testkit.sh" "$WEIR_PYTHON"
 step doctests cargo test --workspace --doc
 
 # ---- summary -----------------------------------------------------------------------------

@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# Checks weir-testkit's fidelity with an independent client: builds the `weir-testkit`
+# binary, serves a cluster on a free loopback port, and runs probe_tansu.py --strict against
+# it (confluent-kafka and kafka-python; every codec; read_committed must hide aborts).
+#
+#   scripts/interop/probe_testkit.sh [PYTHON]
+#
+# PYTHON defaults to $WEIR_PYTHON, else the one scripts/pyenv.sh sets up.
+# Exit status: the probe's (0 all checks passed), or 1 if the testkit could not be started.
+set -euo pipefail
+
+SCRIPT_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+REPO_ROOT="$(cd "$SCRIPT_DIR/../.." && pwd)"
+PY="${1:-${WEIR_PYTHON:-}}"
+[[ -n "$PY" ]] || PY="$("$REPO_ROOT/scripts/pyenv.sh")"
+READY_TIMEOUT_S=30
+
+say() { echo "probe_testkit: $*" >&2; }
+die() {
+    echo "probe_testkit: error: $*" >&2
+    exit 1
+}
+
+work="$(mktemp -d "${TMPDIR:-/tmp}/weir-testkit-probe.XXXXXX")"
+pid=""
+cleanup() {
+    local rc=$?
+    if [[ -n "$pid" ]]; then
+        kill "$pid" 2>/dev/null || true
+        wait "$pid" 2>/dev/null || true # 143: it died of our SIGTERM, as intended
+    fi
+    rm -rf "$work"
+    exit "$rc"
+}
+trap cleanup EXIT
+
+say "building weir-testkit"
+# The artifact list names the executable, wherever CARGO_TARGET_DIR points.
+exe="$(cd "$REPO_ROOT" && cargo build -p weir-testkit --bin weir-testkit \
+    --message-format=json-render-diagnostics |
+    python3 -c 'import json, sys
+for line in sys.stdin:
+    msg = json.loads(line)
+    if msg.get("reason") == "compiler-artifact" and msg.get("executable"):
+        print(msg["executable"])' | tail -n1)" || die "cargo build of weir-testkit failed"
+[[ -x "$exe" ]] || die "no weir-testkit executable found after the build"
+
+# It prints its bootstrap address as its first stdout line once it is listening.
+"$exe" serve --port 0 --partitions 3 </dev/null >"$work/out" 2>"$work/err" &
+pid=$!
+deadline=$((SECONDS + READY_TIMEOUT_S))
+until (($(wc -l <"$work/out") >= 1)); do
+    kill -0 "$pid" 2>/dev/null || {
+        cat "$work/err" >&2
+        die "weir-testkit exited before printing its address"
+    }
+    ((SECONDS < deadline)) || die "weir-testkit printed no address within ${READY_TIMEOUT_S}s"
+    sleep 0.05 # poll interval of a bounded readiness loop
+done
+bootstrap="$(head -n1 "$work/out")"
+python3 "$REPO_ROOT/scripts/kafka_ping.py" --timeout 5 "${bootstrap%%,*}" ||
+    die "weir-testkit at $bootstrap does not answer ApiVersions"
+say "weir-testkit pid $pid serving at $bootstrap"
+"$PY" "$SCRIPT_DIR/probe_tansu.py" --strict --bootstrap "$bootstrap"
