@@ -303,6 +303,8 @@ impl ClientError {
             // A poisoned connection is replaced by a new one; whether that
             // helps depends on why it was poisoned.
             ClientError::Poisoned { cause, .. } => cause.is_retriable() || cause.is_network(),
+            // Every known broker was unreachable: they may be restarting.
+            ClientError::Bootstrap { last, .. } => last.is_retriable(),
             _ => false,
         }
     }

@@ -7,6 +7,27 @@
 //! happened; callers that want retries wrap their operation in
 //! [`Cluster::retry`], which backs off exponentially with jitter and marks the
 //! metadata stale when the error says it is.
+//!
+//! ```no_run
+//! use weir_client::cluster::{Cluster, Lane};
+//! use weir_client::config::ClientConfig;
+//! use weir_protocol::kafka_protocol::messages::ListGroupsRequest;
+//!
+//! # async fn example() -> weir_client::Result<()> {
+//! let config = ClientConfig::from_properties(&[("bootstrap.servers", "127.0.0.1:9092")])?;
+//! let cluster = Cluster::connect(config).await?;
+//! // Route by leader, retrying while a new topic gets its leader.
+//! let leader = cluster
+//!     .retry("leader of orders-0", || cluster.partition_leader("orders", 0))
+//!     .await?;
+//! // Any request, at the version both sides speak, on a lane of its own.
+//! let groups = cluster
+//!     .request(leader, Lane::Metadata, &ListGroupsRequest::default())
+//!     .await?;
+//! println!("{} groups on broker {leader}", groups.groups.len());
+//! # Ok(())
+//! # }
+//! ```
 
 mod coordinator;
 pub mod metadata;
