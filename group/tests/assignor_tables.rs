@@ -6,7 +6,9 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use weir_group::assignor::{
     Assignor, GroupAssignment, GroupSubscription, MemberSubscription, TopicPartition,
+    to_wire_assignment,
 };
+use weir_group::consumer_protocol::{Assignment, Subscription, TopicPartitions};
 
 fn tp(topic: &str, p: i32) -> TopicPartition {
     TopicPartition::new(topic, p)
@@ -242,4 +244,35 @@ fn members_with_no_assignable_topic_are_present_and_empty() {
         partitions_per_topic: [("t".to_owned(), 3)].into(),
     };
     assert!(Assignor::CooperativeSticky.assign(&empty).is_empty());
+}
+
+#[test]
+fn wire_subscriptions_feed_the_assignor_and_assignments_go_back_on_the_wire() {
+    let sub = Subscription {
+        topics: vec!["t".into()],
+        owned_partitions: vec![TopicPartitions {
+            topic: "t".into(),
+            partitions: vec![1, 2],
+        }],
+        generation_id: 4,
+        ..Subscription::default()
+    };
+    let (_, decoded) = Subscription::decode(&sub.encode(3).unwrap()).unwrap();
+    let member = MemberSubscription::from_wire(Some("static-1".into()), &decoded);
+    assert_eq!(member.generation, 4);
+    assert_eq!(member.owned, vec![tp("t", 1), tp("t", 2)]);
+    assert_eq!(member.instance_id.as_deref(), Some("static-1"));
+
+    let g = group(&[("a", member)], &[("t", 3), ("u", 1)]);
+    let a = Assignor::CooperativeSticky.assign(&g);
+    let wire = to_wire_assignment(&a["a"]);
+    assert_eq!(
+        wire.assigned_partitions,
+        vec![TopicPartitions {
+            topic: "t".into(),
+            partitions: vec![0, 1, 2]
+        }]
+    );
+    let (_, back) = Assignment::decode(&wire.encode(3).unwrap()).unwrap();
+    assert_eq!(back, wire);
 }

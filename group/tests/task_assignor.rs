@@ -437,3 +437,28 @@ fn invalid_configurations_are_errors() {
         Err(GroupError::InvalidConfig(_))
     ));
 }
+
+#[test]
+fn lags_from_offset_sums_follow_kafka() {
+    use weir_group::task_assignor::{OFFSET_SUM_RUNNING, task_lags};
+    let end: BTreeMap<TaskId, u64> = [
+        (t(0, 0), 1_000),
+        (t(0, 1), 1_000),
+        (t(0, 2), 1_000),
+        (t(0, 3), 1_000),
+        (t(0, 4), 1_000),
+    ]
+    .into();
+    let sums: BTreeMap<TaskId, i64> = [
+        (t(0, 0), 900),
+        (t(0, 1), OFFSET_SUM_RUNNING),
+        (t(0, 2), 5_000),
+        (t(0, 4), -3),
+    ]
+    .into();
+    let lags = task_lags(&end, &sums);
+    assert_eq!(
+        lags,
+        [(t(0, 0), 100), (t(0, 2), 1_000), (t(0, 3), 1_000)].into()
+    );
+}

@@ -70,7 +70,8 @@ pub struct ClientState {
     pub previous_standby: BTreeSet<TaskId>,
     /// Changelog lag of the local state of each task (end offsets minus the
     /// client's offsets, summed over the task's changelogs). A task with no
-    /// entry has no local state.
+    /// entry has an unknown lag and is never caught up; [`task_lags`] fills
+    /// this from the offset sums in a client's subscription as Kafka does.
     pub lags: BTreeMap<TaskId, u64>,
 }
 
@@ -179,6 +180,36 @@ pub(crate) fn caught_up(rank: LagRank, acceptable_recovery_lag: u64) -> bool {
         LagRank::Behind(l) => l <= acceptable_recovery_lag,
         LagRank::NoState => false,
     }
+}
+
+/// The offset sum a client reports for a task it runs as active (Kafka's
+/// `Task.LATEST_OFFSET`).
+pub const OFFSET_SUM_RUNNING: i64 = -2;
+
+/// Per-task lags of one client from the changelog end-offset sums and the
+/// offset sums the client reported, as Kafka's `ClientState.computeTaskLags`:
+/// - a task the client reported nothing for lags by the whole end sum (it
+///   would restore from scratch, which is cheap for a small changelog);
+/// - a sum above the end (corrupt or from a deleted topic) also lags by the
+///   whole end sum;
+/// - running actives ([`OFFSET_SUM_RUNNING`]) and other negative (unknown)
+///   sums get no entry: running is expressed by
+///   [`ClientState::previous_active`], unknown is never caught up.
+pub fn task_lags(
+    end_offset_sums: &BTreeMap<TaskId, u64>,
+    offset_sums: &BTreeMap<TaskId, i64>,
+) -> BTreeMap<TaskId, u64> {
+    end_offset_sums
+        .iter()
+        .filter_map(|(task, &end)| match offset_sums.get(task).copied() {
+            None => Some((*task, end)),
+            Some(sum) if sum < 0 => None,
+            Some(sum) => {
+                let sum = sum as u64;
+                Some((*task, if sum > end { end } else { end - sum }))
+            }
+        })
+        .collect()
 }
 
 /// Assigns tasks to clients.
