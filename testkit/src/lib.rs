@@ -37,3 +37,4 @@ pub use faults::{
     ClientSelector, FaultId, Intercept, InterceptAction, LoggedRequest, PartitionTarget,
     RequestMatcher,
 };
+pub use log::compaction::CompactionStats;

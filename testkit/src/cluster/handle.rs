@@ -18,6 +18,7 @@ use crate::faults::{
     ClientSelector, FaultId, Intercept, LoggedRequest, NetworkPartition, PartitionTarget,
 };
 use crate::log::PartitionLog;
+use crate::log::compaction::{self, CompactionStats};
 use crate::server::{AbortOnDrop, serve, spawn_listener};
 
 /// Buffer of each side of an in-memory connection.
@@ -239,6 +240,42 @@ impl Cluster {
                 log.last_stable_offset(),
                 log.high_watermark(),
             ))
+        })
+        .await?
+    }
+
+    /// Compacts every partition of a `cleanup.policy=compact` topic now,
+    /// below each partition's last stable offset. With `remove_tombstones`,
+    /// null-value records go too (as once `delete.retention.ms` has passed).
+    ///
+    /// # Errors
+    /// [`TestkitError::UnknownTopicOrPartition`], or [`TestkitError::Kafka`]
+    /// with `INVALID_CONFIG` if the topic is not compacted.
+    pub async fn compact(&self, topic: &str, remove_tombstones: bool) -> Result<CompactionStats> {
+        let topic = topic.to_owned();
+        self.with_state(move |s| {
+            let t =
+                s.topics
+                    .get_mut(&topic)
+                    .ok_or_else(|| TestkitError::UnknownTopicOrPartition {
+                        topic: topic.clone(),
+                        partition: -1,
+                    })?;
+            if !super::topic_configs::is_compacted(&t.configs) {
+                return Err(TestkitError::Kafka {
+                    operation: format!("compacting topic {topic}"),
+                    code: weir_protocol::kafka_protocol::ResponseError::InvalidConfig.code(),
+                    message: "cleanup.policy does not include compact".to_owned(),
+                });
+            }
+            let mut total = CompactionStats::default();
+            for p in &mut t.partitions {
+                let stats = compaction::compact(&mut p.log, remove_tombstones);
+                total.records_removed += stats.records_removed;
+                total.batches_removed += stats.batches_removed;
+                total.empty_batches_kept += stats.empty_batches_kept;
+            }
+            Ok(total)
         })
         .await?
     }

@@ -8,10 +8,11 @@ use weir_protocol::kafka_protocol::messages::produce_response::{
     PartitionProduceResponse, TopicProduceResponse,
 };
 use weir_protocol::kafka_protocol::messages::{ProduceRequest, ProduceResponse, ResponseKind};
-use weir_protocol::records::split_batches;
+use weir_protocol::records::{DecodeOptions, decode_batch, split_batches};
 
 use super::{Reply, RequestContext};
 use crate::cluster::ClusterState;
+use crate::cluster::topic_configs::is_compacted;
 use crate::log::AppendError;
 
 /// Versions 3 (the first with record batch v2) to 9 (flexible). v10+ add
@@ -142,6 +143,17 @@ fn produce_partition(
             );
         }
     }
+    let compacted = state
+        .topics
+        .get(topic)
+        .is_some_and(|t| is_compacted(&t.configs));
+    if compacted && batches.iter().any(|(_, bytes)| has_null_key(bytes)) {
+        return error(
+            index,
+            ResponseError::InvalidRecord.code(),
+            "Compacted topic cannot accept message without key",
+        );
+    }
     let Some(partition) = state.partition_mut(topic, index) else {
         return error(
             index,
@@ -180,5 +192,14 @@ fn produce_partition(
             ResponseError::InvalidRecord.code(),
             "clients may not write control batches",
         ),
+    }
+}
+
+/// Whether a batch holds a record without a key (or cannot be decoded,
+/// which a compacted topic must refuse just the same).
+fn has_null_key(batch: &bytes::Bytes) -> bool {
+    match decode_batch(batch, &DecodeOptions::default()) {
+        Ok(b) => b.records.iter().any(|r| r.key.is_none()),
+        Err(_) => true,
     }
 }

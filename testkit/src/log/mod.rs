@@ -9,6 +9,7 @@
 //! transactions that Fetch reports to read_committed consumers
 //! ([`transactions`]).
 
+pub mod compaction;
 pub mod producers;
 pub mod transactions;
 
