@@ -49,8 +49,9 @@ pub fn assign(group: &GroupSubscription) -> GroupAssignment {
     out
 }
 
-/// Whether every member is eligible for exactly the same topics (among those
-/// that exist). Members subscribed to none of them do not count.
+/// Whether every member is eligible for every assignable topic (subscribed
+/// topics that do not exist are ignored). A member eligible for none makes
+/// the group unequal, and the general path gives it nothing.
 fn equal_subscriptions(universe: &Universe<'_>) -> bool {
     let members = universe.members.len();
     universe.eligible.iter().all(|e| e.len() == members)
