@@ -79,8 +79,9 @@ impl Cluster {
 
     async fn lookup_coordinator(&self, kind: CoordinatorKind, key: &str) -> Result<BrokerId> {
         // The version decides the request layout: v4 batches keys.
-        let md = self.metadata(&[]).await?;
-        let probe = md.brokers.keys().next().copied().unwrap_or(-1);
+        // Any broker can answer; prefer one we are connected to.
+        self.metadata(&[]).await?;
+        let probe = self.any_broker_candidates().first().copied().unwrap_or(-1);
         let version = self
             .connection(probe, Lane::Metadata)
             .await?

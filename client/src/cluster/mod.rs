@@ -228,8 +228,10 @@ impl Cluster {
                     .collect()
             }))
             .with_allow_auto_topic_creation(self.auto_create);
-        self.inner.stale.store(false, Ordering::Release);
         let response: MetadataResponse = self.request_any(Lane::Metadata, &request).await?;
+        // Cleared only once fresh metadata is in hand: a failed refresh leaves
+        // the cache marked stale for the next lookup.
+        self.inner.stale.store(false, Ordering::Release);
         let merged = Arc::new(current.merged(&response, topics.is_none(), Instant::now()));
         tracing::debug!(
             brokers = merged.brokers.len(),
@@ -402,7 +404,7 @@ impl Cluster {
     /// Brokers to try for a request any broker can answer: connected ones
     /// first, then the other known ones in random order, then the bootstrap
     /// addresses (in case every known broker has gone).
-    fn any_broker_candidates(&self) -> Vec<BrokerId> {
+    pub(crate) fn any_broker_candidates(&self) -> Vec<BrokerId> {
         use rand::seq::SliceRandom;
         let md = self.cached_metadata();
         let connected: Vec<BrokerId> = self
