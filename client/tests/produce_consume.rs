@@ -266,3 +266,60 @@ async fn a_small_buffer_applies_backpressure_and_flush_completes_everything() {
     );
     producer.close().await;
 }
+
+#[tokio::test]
+async fn null_keys_stick_to_one_partition_per_batch() {
+    let Some(addr) = bootstrap() else { return };
+    let cluster = Cluster::connect(client_config(&addr)).await.unwrap();
+    let topic = unique_topic("weir-sticky");
+    create_topic(&cluster, &topic, 4).await;
+    let send_null_keys = |batch_size: usize, n: usize| {
+        let cluster = cluster.clone();
+        let topic = topic.clone();
+        async move {
+            let options = ProducerOptions {
+                batch_size,
+                linger: Duration::from_millis(200),
+                ..Default::default()
+            };
+            let producer = Producer::with_cluster(cluster, options).unwrap();
+            let mut deliveries = Vec::new();
+            for i in 0..n {
+                deliveries.push(
+                    producer
+                        .enqueue(ProducerRecord::new(&topic).with_value(format!("{i:03}")))
+                        .await
+                        .unwrap(),
+                );
+            }
+            producer.flush().await;
+            let mut partitions = Vec::new();
+            for d in deliveries {
+                partitions.push(d.await.unwrap().partition);
+            }
+            producer.close().await;
+            partitions
+        }
+    };
+    // Everything fits one batch: one partition.
+    let one_batch = send_null_keys(1 << 20, 50).await;
+    assert!(
+        one_batch.iter().all(|p| *p == one_batch[0]),
+        "{one_batch:?}"
+    );
+    // Batches of about 10 records: the partition changes batch by batch,
+    // never record by record.
+    let many = send_null_keys(10 * 40 + 61, 200).await;
+    let runs = many
+        .chunk_by(|a, b| a == b)
+        .map(<[i32]>::len)
+        .collect::<Vec<_>>();
+    assert!(
+        runs.len() > 1,
+        "several batches, several partitions: {many:?}"
+    );
+    assert!(
+        runs.iter().all(|r| *r >= 5),
+        "runs of whole batches: {runs:?}"
+    );
+}

@@ -108,10 +108,12 @@ impl Fake {
                     .iter()
                     .map(|p| {
                         let log = &self.partitions[&p.partition_index];
-                        let offset = if p.timestamp == -2 {
-                            log.log_start
-                        } else {
-                            log.end()
+                        // Every fake record has timestamp 1.
+                        let offset = match p.timestamp {
+                            -2 => log.log_start,
+                            -1 => log.end(),
+                            t if t <= 1 => log.log_start,
+                            _ => -1,
                         };
                         ListOffsetsPartitionResponse::default()
                             .with_partition_index(p.partition_index)
@@ -465,4 +467,27 @@ async fn read_committed_uses_the_aborted_list_from_the_fetch_response() {
         // Control records moved the position past the markers.
         assert_eq!(consumer.position(&tp(0)).await.unwrap(), 6);
     }
+}
+
+#[tokio::test]
+async fn seeking_to_a_timestamp_after_the_last_record_lands_at_the_end() {
+    let (_fake, mut consumer) = start(out_of_range_log(), ConsumerOptions::default()).await;
+    consumer.assign([tp(0)]);
+    consumer.seek(&tp(0), SeekTo::Timestamp(0)).unwrap();
+    assert_eq!(
+        consumer.position(&tp(0)).await.unwrap(),
+        2,
+        "the first record at or after t=0"
+    );
+    consumer.seek(&tp(0), SeekTo::Timestamp(1_000)).unwrap();
+    assert_eq!(
+        consumer.position(&tp(0)).await.unwrap(),
+        6,
+        "no record that late: the end"
+    );
+    let err = consumer.seek(&tp(3), SeekTo::Earliest).unwrap_err();
+    assert!(
+        matches!(err, ClientError::NotAssigned { partition: 3, .. }),
+        "{err}"
+    );
 }

@@ -371,7 +371,8 @@ impl Producer {
     }
 
     /// Sends every buffered record now, ignoring `linger.ms`, and waits
-    /// until each record sent before this call has its outcome.
+    /// until no record is pending: every record enqueued before this call
+    /// (and any enqueued meanwhile) has its outcome.
     pub async fn flush(&self) {
         let shared = &self.handle.shared;
         shared.flushing.fetch_add(1, Ordering::AcqRel);
