@@ -348,6 +348,38 @@ proptest! {
         }
     }
 
+    /// A random bit pattern at a random position of a random valid batch:
+    /// the same rules as the exhaustive test, over varied batch shapes.
+    #[test]
+    fn random_single_byte_corruption_of_random_batches_is_detected(
+        codec in prop::sample::select(Compression::ALL.to_vec()),
+        values in prop::collection::vec(prop::option::of(prop::collection::vec(any::<u8>(), 0..80)), 1..12),
+        position in any::<prop::sample::Index>(),
+        mask in 1u8..=255,
+    ) {
+        let mut builder = BatchBuilder::new(BatchOptions { compression: codec, ..Default::default() });
+        for (i, value) in values.iter().enumerate() {
+            builder.push(RecordInput {
+                timestamp: i as i64,
+                key: None,
+                value: value.clone().map(Bytes::from),
+                headers: vec![RecordHeader { key: "k".into(), value: None }],
+            });
+        }
+        let mut bytes = builder.build().unwrap().to_vec();
+        let pos = position.index(bytes.len());
+        bytes[pos] ^= mask;
+        let bytes = Bytes::from(bytes);
+        let result = decode(&bytes);
+        match pos {
+            0..8 | 12..16 => prop_assert_eq!(result.unwrap().batches[0].records.len(), values.len()),
+            8..12 => prop_assert!(!matches!(result, Ok(ref d) if !d.truncated_tail), "{:?}", result),
+            16 => prop_assert!(matches!(result, Err(ProtocolError::UnsupportedMagic { .. })), "{:?}", result),
+            _ => prop_assert!(matches!(result, Err(ProtocolError::CrcMismatch { .. })), "{:?}", result),
+        }
+        let _ = decode_batches(&bytes, &DecodeOptions { verify_crc: false, ..Default::default() });
+    }
+
     /// Random multi-byte damage to the records of valid batches, with the
     /// CRC recomputed so the parser and decompressors see it.
     #[test]
