@@ -57,16 +57,8 @@ fn validate(group: &Group, who: &CommitMember, transactional: bool) -> Option<Re
         return Some(ResponseError::CoordinatorNotAvailable);
     }
     if who.generation >= 0 || !who.member_id.is_empty() || who.instance_id.is_some() {
-        let member_error = match who.instance_id.as_deref() {
-            Some(instance) => match group.static_member(instance) {
-                Some(current) if current != who.member_id => Some(ResponseError::FencedInstanceId),
-                Some(_) => None,
-                None => Some(ResponseError::UnknownMemberId),
-            },
-            None if !group.has(&who.member_id) => Some(ResponseError::UnknownMemberId),
-            None => None,
-        };
-        return member_error
+        return group
+            .validate_member(who.instance_id.as_deref(), &who.member_id)
             .or((who.generation != group.generation).then_some(ResponseError::IllegalGeneration));
     }
     // Without group metadata only an empty group accepts commits; older

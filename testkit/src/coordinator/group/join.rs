@@ -219,15 +219,8 @@ impl GroupCoordinator {
             self.add_member_and_rebalance(group, &member_id, args, now);
             return None;
         }
-        if group.is_fenced(args.instance_id.as_deref(), &member_id) {
-            return fail(ResponseError::FencedInstanceId);
-        }
-        let static_unknown = args
-            .instance_id
-            .as_deref()
-            .is_some_and(|i| group.static_member(i).is_none());
-        if !group.has(&member_id) || static_unknown {
-            return fail(ResponseError::UnknownMemberId);
+        if let Some(e) = group.validate_member(args.instance_id.as_deref(), &member_id) {
+            return fail(e);
         }
         match group.state {
             GroupState::PreparingRebalance => {

@@ -57,11 +57,8 @@ impl GroupCoordinator {
             if group.state == GroupState::Dead {
                 return fail(ResponseError::CoordinatorNotAvailable);
             }
-            if group.is_fenced(instance_id.as_deref(), &member_id) {
-                return fail(ResponseError::FencedInstanceId);
-            }
-            if !group.has(&member_id) {
-                return fail(ResponseError::UnknownMemberId);
+            if let Some(e) = group.validate_member(instance_id.as_deref(), &member_id) {
+                return fail(e);
             }
             if req.generation_id != group.generation {
                 return fail(ResponseError::IllegalGeneration);
@@ -153,11 +150,8 @@ impl GroupCoordinator {
                 if group.state == GroupState::Dead {
                     return ResponseError::CoordinatorNotAvailable.code();
                 }
-                if group.is_fenced(instance_id.as_deref(), &member_id) {
-                    return ResponseError::FencedInstanceId.code();
-                }
-                if !group.has(&member_id) {
-                    return ResponseError::UnknownMemberId.code();
+                if let Some(e) = group.validate_member(instance_id.as_deref(), &member_id) {
+                    return e.code();
                 }
                 if req.generation_id != group.generation {
                     return ResponseError::IllegalGeneration.code();

@@ -7,6 +7,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use indexmap::IndexMap;
 use tokio::time::Instant;
+use weir_protocol::kafka_protocol::ResponseError;
 
 use super::offsets::GroupOffsets;
 use crate::coordinator::RequestId;
@@ -173,11 +174,22 @@ impl Group {
         self.static_members.get(instance_id).map(String::as_str)
     }
 
-    /// Kafka's `isStaticMemberFenced`: the instance id maps to another member.
-    pub fn is_fenced(&self, instance_id: Option<&str>, member_id: &str) -> bool {
-        instance_id
-            .and_then(|i| self.static_member(i))
-            .is_some_and(|current| current != member_id)
+    /// Kafka's `validateCurrentMember`: an instance id must map to exactly
+    /// this member (`FENCED_INSTANCE_ID` if it maps to another,
+    /// `UNKNOWN_MEMBER_ID` if to none), and the member must exist.
+    pub fn validate_member(
+        &self,
+        instance_id: Option<&str>,
+        member_id: &str,
+    ) -> Option<ResponseError> {
+        if let Some(instance) = instance_id {
+            return match self.static_member(instance) {
+                Some(current) if current != member_id => Some(ResponseError::FencedInstanceId),
+                Some(_) => None,
+                None => Some(ResponseError::UnknownMemberId),
+            };
+        }
+        (!self.has(member_id)).then_some(ResponseError::UnknownMemberId)
     }
 
     /// The largest rebalance timeout of the members: how long a rebalance
