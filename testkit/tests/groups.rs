@@ -21,7 +21,7 @@ use weir_protocol::kafka_protocol::messages::{
     JoinGroupRequest, LeaveGroupRequest, ListGroupsRequest, OffsetCommitRequest,
     OffsetFetchRequest, SyncGroupRequest,
 };
-use weir_testkit::{Cluster, DataOnRestart};
+use weir_testkit::{ClientSelector, Cluster, DataOnRestart, PartitionTarget};
 
 use common::{TestClient, topic};
 
@@ -396,4 +396,99 @@ async fn every_advertised_version_of_the_group_apis_works() {
         )
         .await;
     assert_eq!(stale.error_code, 22, "ILLEGAL_GENERATION");
+}
+
+/// The user report behind the testkit: a member cut off from its
+/// coordinator keeps running as a zombie. It is expelled exactly one session
+/// timeout after its last heartbeat, and once healed, it is refused.
+#[tokio::test(start_paused = true)]
+async fn a_member_partitioned_from_its_coordinator_is_expelled_on_time_and_refused_after_healing() {
+    let cluster = cluster(1).await;
+    let mut a = client(&cluster, 0, "a").await;
+    let mut b = client(&cluster, 0, "b").await;
+    let (ma, _) = join_alone(&mut a, "g", 5).await;
+    a.call(5, &sync_request("g", &ma, 1, None, &[(&ma, b"all")], 5))
+        .await;
+    let mb = start_join(&mut b, "g", 5).await;
+    a.send_only(5, &join_request("g", &ma, None, 5)).await;
+    let (_, _) = (finish_join(&mut a, 5).await, finish_join(&mut b, 5).await);
+    b.send_only(5, &sync_request("g", &mb, 2, None, &[], 5))
+        .await;
+    a.call(
+        5,
+        &sync_request("g", &ma, 2, None, &[(&ma, b"A"), (&mb, b"B")], 5),
+    )
+    .await;
+    b.recv::<SyncGroupRequest>(5).await;
+    let last_contact = tokio::time::Instant::now();
+
+    let cut = cluster
+        .partition_client(
+            ClientSelector::ClientId("a".into()),
+            PartitionTarget::GroupCoordinator("g".into()),
+        )
+        .await
+        .unwrap();
+    // a keeps heartbeating into the void.
+    a.send_only(4, &heartbeat_request("g", &ma, 2, None, 4))
+        .await;
+    for _ in 0..3 {
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        assert_eq!(heartbeat(&mut b, "g", &mb, 2).await, 0);
+    }
+    tokio::time::sleep_until(last_contact + Duration::from_millis(10_001)).await;
+    assert_eq!(heartbeat(&mut b, "g", &mb, 2).await, 27, "a was expelled");
+    b.send_only(5, &join_request("g", &mb, None, 5)).await;
+    let jb = finish_join(&mut b, 5).await;
+    assert_eq!((jb.generation_id, jb.members.len()), (3, 1));
+
+    assert!(cluster.remove_fault(cut).await.unwrap());
+    let mut healed = client(&cluster, 0, "a").await;
+    assert_eq!(
+        heartbeat(&mut healed, "g", &ma, 2).await,
+        25,
+        "UNKNOWN_MEMBER_ID"
+    );
+    let commit = OffsetCommitRequest::default()
+        .with_group_id(gid("g"))
+        .with_generation_id_or_member_epoch(2)
+        .with_member_id(s(&ma))
+        .with_topics(vec![
+            OffsetCommitRequestTopic::default()
+                .with_name(topic("t"))
+                .with_partitions(vec![
+                    OffsetCommitRequestPartition::default()
+                        .with_partition_index(0)
+                        .with_committed_offset(99),
+                ]),
+        ]);
+    let refused = healed.call(8, &commit).await;
+    assert_eq!(
+        refused.topics[0].partitions[0].error_code, 25,
+        "the zombie cannot commit"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_initial_rebalance_delay_set_on_the_builder_gathers_the_first_members() {
+    let cluster = Cluster::builder()
+        .group_initial_rebalance_delay(Duration::from_secs(3))
+        .build()
+        .await
+        .unwrap();
+    let mut a = client(&cluster, 0, "a").await;
+    let mut b = client(&cluster, 0, "b").await;
+    let started = tokio::time::Instant::now();
+    start_join(&mut a, "g", 5).await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    start_join(&mut b, "g", 5).await;
+    let (ja, jb) = (finish_join(&mut a, 5).await, finish_join(&mut b, 5).await);
+    // b arrived during the delay, which therefore ran once more: 3 s + 3 s.
+    assert_eq!(started.elapsed(), Duration::from_secs(6));
+    assert_eq!((ja.generation_id, jb.generation_id), (1, 1));
+    assert_eq!(
+        ja.members.len() + jb.members.len(),
+        2,
+        "one generation with both"
+    );
 }
