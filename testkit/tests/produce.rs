@@ -217,3 +217,31 @@ async fn only_the_leader_accepts_writes_and_reads() {
         vec![(0, "a".into())]
     );
 }
+
+#[tokio::test]
+async fn batches_above_max_message_bytes_are_refused() {
+    let cluster = Cluster::builder().build().await.unwrap();
+    cluster
+        .create_topic("small", 1, [("max.message.bytes", "100")])
+        .await
+        .unwrap();
+    let mut c = TestClient::new(cluster.connect_duplex(0).await.unwrap(), "p");
+    let big = "x".repeat(200);
+    let resp = c
+        .call(
+            V,
+            &produce_request("small", 0, batch(&[&big], PLAIN), 1, None),
+        )
+        .await;
+    assert_eq!(
+        resp.responses[0].partition_responses[0].error_code, 10,
+        "MESSAGE_TOO_LARGE"
+    );
+    let resp = c
+        .call(
+            V,
+            &produce_request("small", 0, batch(&["ok"], PLAIN), 1, None),
+        )
+        .await;
+    assert_eq!(resp.responses[0].partition_responses[0].error_code, 0);
+}

@@ -19,6 +19,9 @@ use crate::log::AppendError;
 /// leader hints (KIP-951) and v13 topic ids, which are not implemented.
 pub const VERSIONS: (i16, i16) = (3, 9);
 
+/// Kafka's default `max.message.bytes`: the largest batch a topic accepts.
+const DEFAULT_MAX_MESSAGE_BYTES: usize = 1_048_588;
+
 /// Appends every partition's batches and answers per partition; with
 /// acks=0 nothing is answered.
 pub fn handle(
@@ -142,6 +145,22 @@ fn produce_partition(
                 "the partition was not added to the producer's transaction",
             );
         }
+    }
+    let max_message_bytes = state
+        .topics
+        .get(topic)
+        .and_then(|t| t.configs.get("max.message.bytes"))
+        .map_or(Some(DEFAULT_MAX_MESSAGE_BYTES), |v| v.parse::<usize>().ok())
+        .unwrap_or(DEFAULT_MAX_MESSAGE_BYTES);
+    if batches
+        .iter()
+        .any(|(_, bytes)| bytes.len() > max_message_bytes)
+    {
+        return error(
+            index,
+            ResponseError::MessageTooLarge.code(),
+            &format!("a batch is larger than max.message.bytes={max_message_bytes}"),
+        );
     }
     let compacted = state
         .topics
