@@ -119,7 +119,7 @@ async fn random_requests_never_take_the_cluster_down() {
         .await
         .unwrap();
     let mut seed = 0x5eed_u64;
-    for round in 0..300 {
+    for round in 0..300i32 {
         let mut c = TestClient::new(cluster.connect_duplex(0).await.unwrap(), "fuzz");
         // A real API key and a plausible version, then random bytes: this
         // reaches every body decoder and every handler, not just the framing.
@@ -131,7 +131,7 @@ async fn random_requests_never_take_the_cluster_down() {
         let mut body = Vec::with_capacity(8 + len);
         body.extend_from_slice(&api.to_be_bytes());
         body.extend_from_slice(&version.to_be_bytes());
-        body.extend_from_slice(&(round as i32).to_be_bytes());
+        body.extend_from_slice(&round.to_be_bytes());
         body.extend((0..len).map(|_| next(&mut seed) as u8));
         let mut frame = (body.len() as i32).to_be_bytes().to_vec();
         frame.extend_from_slice(&body);
