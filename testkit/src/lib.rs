@@ -38,3 +38,8 @@ pub use faults::{
     RequestMatcher,
 };
 pub use log::compaction::CompactionStats;
+
+/// The README's examples, compiled as doctests so that they stay true.
+#[doc = include_str!("../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;
