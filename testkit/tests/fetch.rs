@@ -338,3 +338,46 @@ async fn max_bytes_still_returns_one_whole_batch() {
         vec![(0, "aaaaaaaaaa".into())]
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_leader_move_answers_parked_fetches_and_fences_old_epochs() {
+    let cluster = Cluster::builder().brokers(2).build().await.unwrap();
+    cluster
+        .create_topic("t", 1, [] as [(&str, &str); 0])
+        .await
+        .unwrap();
+    let mut c = TestClient::new(cluster.connect_duplex(0).await.unwrap(), "c");
+    let start = Instant::now();
+    let mut req = fetch_request("t", 0, 0).with_max_wait_ms(10_000);
+    req.topics[0].partitions[0].current_leader_epoch = 0;
+    c.send_only(FV, &req).await;
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    cluster.move_leader("t", 0, 1).await.unwrap();
+    let resp = c.recv::<FetchRequest>(FV).await;
+    assert_eq!(
+        start.elapsed(),
+        Duration::from_millis(100),
+        "answered at the move, not at max wait"
+    );
+    assert_eq!(
+        resp.responses[0].partitions[0].error_code, 6,
+        "NOT_LEADER_OR_FOLLOWER"
+    );
+
+    // At the new leader, the old epoch is fenced and a future one unknown.
+    let mut c1 = TestClient::new(cluster.connect_duplex(1).await.unwrap(), "c");
+    let resp = c1.call(FV, &req.clone().with_max_wait_ms(0)).await;
+    assert_eq!(
+        resp.responses[0].partitions[0].error_code, 74,
+        "FENCED_LEADER_EPOCH"
+    );
+    req.topics[0].partitions[0].current_leader_epoch = 2;
+    let resp = c1.call(FV, &req.clone().with_max_wait_ms(0)).await;
+    assert_eq!(
+        resp.responses[0].partitions[0].error_code, 75,
+        "UNKNOWN_LEADER_EPOCH"
+    );
+    req.topics[0].partitions[0].current_leader_epoch = 1;
+    let resp = c1.call(FV, &req.with_max_wait_ms(0)).await;
+    assert_eq!(resp.responses[0].partitions[0].error_code, 0);
+}

@@ -368,6 +368,9 @@ impl ClusterState {
             p.replicas.retain(|&r| r != to);
             p.replicas.insert(0, to);
         }
+        // Parked fetches on the old leader now answer NOT_LEADER_OR_FOLLOWER
+        // at once, as Kafka completes delayed fetches on a leader change.
+        crate::handlers::fetch::wake_waiting(self, Instant::now());
         Ok(())
     }
 }

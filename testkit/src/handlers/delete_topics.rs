@@ -16,7 +16,7 @@ pub const VERSIONS: (i16, i16) = (1, 6);
 /// Deletes each topic with its data; fetch sessions forget its partitions.
 pub fn handle(
     state: &mut ClusterState,
-    _ctx: &RequestContext,
+    ctx: &RequestContext,
     req: DeleteTopicsRequest,
     _version: i16,
 ) -> Reply {
@@ -64,6 +64,8 @@ pub fn handle(
             }
         })
         .collect();
+    // Fetches parked on a deleted topic answer UNKNOWN_TOPIC_OR_PARTITION now.
+    super::fetch::wake_waiting(state, ctx.now);
     Reply::Now(ResponseKind::DeleteTopics(
         DeleteTopicsResponse::default().with_responses(responses),
     ))
