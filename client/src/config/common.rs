@@ -9,7 +9,9 @@ use super::{
     invalid_property, parse_bool, parse_choice, parse_list, parse_millis, parse_number,
     unknown_property,
 };
-use crate::connection::{ConnectOptions, MessengerOptions, SaslConfig, Throttle, TlsConfig};
+use crate::connection::{
+    ConnectOptions, MessengerOptions, SaslConfig, SaslMechanism, Throttle, TlsConfig,
+};
 use crate::{ClientError, Result};
 
 /// How connections are secured (`security.protocol`).
@@ -73,7 +75,7 @@ pub struct ClientConfig {
     pub ssl_key_location: Option<PathBuf>,
     /// TLS configured in code; wins over the `ssl.*` files.
     pub tls: Option<TlsConfig>,
-    /// `sasl.username` and `sasl.password` (mechanism PLAIN).
+    /// `sasl.mechanism`, `sasl.username` and `sasl.password` (or `sasl.jaas.config`).
     pub sasl: Option<SaslConfig>,
 }
 
@@ -189,8 +191,18 @@ impl ClientConfig {
                     ],
                 )?;
             }
-            // SCRAM and OAUTHBEARER are not implemented yet.
-            "sasl.mechanism" => parse_choice(key, value, &[("PLAIN", ())])?,
+            // OAUTHBEARER and GSSAPI are not implemented.
+            "sasl.mechanism" => {
+                self.sasl_mut().mechanism = parse_choice(
+                    key,
+                    value,
+                    &[
+                        ("PLAIN", SaslMechanism::Plain),
+                        ("SCRAM-SHA-256", SaslMechanism::ScramSha256),
+                        ("SCRAM-SHA-512", SaslMechanism::ScramSha512),
+                    ],
+                )?;
+            }
             "sasl.jaas.config" => {
                 let (username, password) = parse_plain_jaas(key, value)?;
                 let sasl = self.sasl_mut();
@@ -211,6 +223,7 @@ impl ClientConfig {
 
     fn sasl_mut(&mut self) -> &mut SaslConfig {
         self.sasl.get_or_insert_with(|| SaslConfig {
+            mechanism: SaslMechanism::Plain,
             username: String::new(),
             password: String::new(),
         })
@@ -303,11 +316,12 @@ impl ClientConfig {
 }
 
 /// Reads `username="…"` and `password="…"` from a Java-style
-/// `sasl.jaas.config` for `PlainLoginModule`.
+/// `sasl.jaas.config` for `PlainLoginModule` or `ScramLoginModule` (the
+/// mechanism itself comes from `sasl.mechanism`, as in Java).
 fn parse_plain_jaas(key: &str, value: &str) -> Result<(String, String)> {
-    let expected = "org.apache.kafka.common.security.plain.PlainLoginModule required \
-                    username=\"…\" password=\"…\";";
-    if !value.contains("PlainLoginModule") {
+    let expected = "org.apache.kafka.common.security.plain.PlainLoginModule (or \
+                    scram.ScramLoginModule) required username=\"…\" password=\"…\";";
+    if !value.contains("PlainLoginModule") && !value.contains("ScramLoginModule") {
         return Err(invalid_property(key, "(hidden)", expected));
     }
     let field = |name: &str| -> Option<String> {
@@ -408,8 +422,19 @@ impl ClientConfigBuilder {
     }
 
     /// SASL/PLAIN with these credentials.
-    pub fn sasl_plain(mut self, username: impl Into<String>, password: impl Into<String>) -> Self {
+    pub fn sasl_plain(self, username: impl Into<String>, password: impl Into<String>) -> Self {
+        self.sasl(SaslMechanism::Plain, username, password)
+    }
+
+    /// SASL with `mechanism` and these credentials.
+    pub fn sasl(
+        mut self,
+        mechanism: SaslMechanism,
+        username: impl Into<String>,
+        password: impl Into<String>,
+    ) -> Self {
         self.config.sasl = Some(SaslConfig {
+            mechanism,
             username: username.into(),
             password: password.into(),
         });
@@ -490,7 +515,7 @@ mod tests {
         );
         let e = ClientConfig::from_properties(&[(
             "sasl.jaas.config",
-            "ScramLoginModule required password=\"hunter2\";",
+            "KerberosLoginModule required password=\"hunter2\";",
         )])
         .unwrap_err()
         .to_string();
@@ -524,8 +549,12 @@ mod tests {
             "{e}"
         );
 
-        let e = ClientConfig::from_properties(&[("sasl.mechanism", "SCRAM-SHA-256")]).unwrap_err();
-        assert!(e.to_string().contains("PLAIN"));
+        let e = ClientConfig::from_properties(&[("sasl.mechanism", "GSSAPI")]).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("PLAIN, SCRAM-SHA-256, SCRAM-SHA-512"),
+            "{e}"
+        );
 
         let e = ClientConfig::from_properties(&[("bootstrap.servers", "nohost")]).unwrap_err();
         assert!(e.to_string().contains("host:port"));

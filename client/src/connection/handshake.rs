@@ -1,24 +1,50 @@
 //! What happens on a new connection before it carries requests: ApiVersions,
-//! then SASL authentication if configured.
+//! then SASL authentication (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512) if configured.
 
 use weir_protocol::ApiKey;
 use weir_protocol::api::decode_response;
 use weir_protocol::kafka_protocol::messages::{
     ApiVersionsRequest, SaslAuthenticateRequest, SaslHandshakeRequest,
 };
-use weir_protocol::kafka_protocol::protocol::StrBytes;
+use weir_protocol::kafka_protocol::protocol::{StrBytes, VersionRange};
 use weir_protocol::versions::BrokerVersions;
 
 use super::Messenger;
-use crate::kerror::codes;
+use super::scram::{ScramClient, ScramMechanism};
+use crate::kerror::{KafkaCode, codes};
 use crate::{ClientError, Result};
 
 /// The ApiVersions version Weir asks for first.
 const API_VERSIONS_VERSION: i16 = 3;
 
-/// SASL credentials. Only PLAIN is implemented; SCRAM is not yet.
+/// A SASL mechanism Weir speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum SaslMechanism {
+    /// PLAIN (RFC 4616): the password in clear, so only over TLS in earnest.
+    #[default]
+    Plain,
+    /// SCRAM-SHA-256 (RFC 7677).
+    ScramSha256,
+    /// SCRAM-SHA-512.
+    ScramSha512,
+}
+
+impl SaslMechanism {
+    /// The name the broker knows it by.
+    pub fn name(self) -> &'static str {
+        match self {
+            SaslMechanism::Plain => "PLAIN",
+            SaslMechanism::ScramSha256 => ScramMechanism::Sha256.name(),
+            SaslMechanism::ScramSha512 => ScramMechanism::Sha512.name(),
+        }
+    }
+}
+
+/// SASL credentials.
 #[derive(Clone, PartialEq, Eq)]
 pub struct SaslConfig {
+    /// The mechanism.
+    pub mechanism: SaslMechanism,
     /// The user name.
     pub username: String,
     /// The password.
@@ -29,7 +55,7 @@ impl std::fmt::Debug for SaslConfig {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         // Never print the password.
         f.debug_struct("SaslConfig")
-            .field("mechanism", &"PLAIN")
+            .field("mechanism", &self.mechanism.name())
             .field("username", &self.username)
             .finish_non_exhaustive()
     }
@@ -85,29 +111,28 @@ pub async fn negotiate_versions(messenger: &mut Messenger) -> Result<()> {
     Ok(())
 }
 
-/// Authenticates with SASL/PLAIN (RFC 4616): SaslHandshake v1, then
-/// SaslAuthenticate carrying `\0user\0password`.
+/// Authenticates with the configured mechanism: SaslHandshake v1, then one
+/// SaslAuthenticate (PLAIN) or two (SCRAM).
 ///
 /// # Errors
 /// [`ClientError::Sasl`] when the broker refuses the mechanism or the
-/// credentials, or connection errors.
-pub async fn authenticate_plain(messenger: &Messenger, sasl: &SaslConfig) -> Result<()> {
+/// credentials (or, for SCRAM, cannot prove it knows them), or connection
+/// errors.
+pub async fn authenticate(messenger: &Messenger, sasl: &SaslConfig) -> Result<()> {
+    let mechanism = sasl.mechanism.name();
     let sasl_error = |message: String| ClientError::Sasl {
         broker: messenger.broker().to_owned(),
-        mechanism: "PLAIN".to_owned(),
+        mechanism: mechanism.to_owned(),
         message,
     };
     // v0 would mean raw, unframed SASL tokens after the handshake; Weir
     // speaks only the framed form.
     let handshake_version = messenger
         .versions()
-        .negotiate(
-            ApiKey::SaslHandshake,
-            weir_protocol::kafka_protocol::protocol::VersionRange { min: 1, max: 1 },
-        )
+        .negotiate(ApiKey::SaslHandshake, VersionRange { min: 1, max: 1 })
         .map_err(|e| sasl_error(e.to_string()))?;
     let handshake =
-        SaslHandshakeRequest::default().with_mechanism(StrBytes::from_static_str("PLAIN"));
+        SaslHandshakeRequest::default().with_mechanism(StrBytes::from_static_str(mechanism));
     let timeout = messenger.options.request_timeout;
     let response = messenger
         .request_at(handshake_version, &handshake, timeout)
@@ -116,17 +141,50 @@ pub async fn authenticate_plain(messenger: &Messenger, sasl: &SaslConfig) -> Res
         let enabled: Vec<&str> = response.mechanisms.iter().map(|m| m.as_str()).collect();
         return Err(sasl_error(format!(
             "mechanism refused ({}); the broker enables: {}",
-            crate::kerror::KafkaCode::from_code(response.error_code),
+            KafkaCode::from_code(response.error_code),
             enabled.join(", ")
         )));
     }
-    let mut token = Vec::with_capacity(sasl.username.len() + sasl.password.len() + 2);
-    token.push(0);
-    token.extend_from_slice(sasl.username.as_bytes());
-    token.push(0);
-    token.extend_from_slice(sasl.password.as_bytes());
-    let authenticate = SaslAuthenticateRequest::default().with_auth_bytes(token.into());
-    let response = messenger.request(&authenticate).await?;
+    match sasl.mechanism {
+        SaslMechanism::Plain => {
+            let mut token = Vec::with_capacity(sasl.username.len() + sasl.password.len() + 2);
+            token.push(0);
+            token.extend_from_slice(sasl.username.as_bytes());
+            token.push(0);
+            token.extend_from_slice(sasl.password.as_bytes());
+            exchange(messenger, token, &sasl_error).await?;
+        }
+        SaslMechanism::ScramSha256 | SaslMechanism::ScramSha512 => {
+            let m = if sasl.mechanism == SaslMechanism::ScramSha256 {
+                ScramMechanism::Sha256
+            } else {
+                ScramMechanism::Sha512
+            };
+            let client = ScramClient::new(m, &sasl.username, &sasl.password);
+            let server_first =
+                exchange(messenger, client.client_first().into_bytes(), &sasl_error).await?;
+            let server_first = String::from_utf8(server_first)
+                .map_err(|_| sasl_error("server-first is not UTF-8".into()))?;
+            let (client_final, awaiting) =
+                client.client_final(&server_first).map_err(&sasl_error)?;
+            let server_final = exchange(messenger, client_final.into_bytes(), &sasl_error).await?;
+            let server_final = String::from_utf8(server_final)
+                .map_err(|_| sasl_error("server-final is not UTF-8".into()))?;
+            awaiting.verify(&server_final).map_err(&sasl_error)?;
+        }
+    }
+    tracing::debug!(broker = %messenger.broker(), user = %sasl.username, mechanism, "SASL authenticated");
+    Ok(())
+}
+
+/// One SaslAuthenticate round trip: sends `token`, returns the server's bytes.
+async fn exchange(
+    messenger: &Messenger,
+    token: Vec<u8>,
+    sasl_error: &impl Fn(String) -> ClientError,
+) -> Result<Vec<u8>> {
+    let request = SaslAuthenticateRequest::default().with_auth_bytes(token.into());
+    let response = messenger.request(&request).await?;
     if response.error_code != 0 {
         let detail = response
             .error_message
@@ -135,9 +193,8 @@ pub async fn authenticate_plain(messenger: &Messenger, sasl: &SaslConfig) -> Res
             .unwrap_or_default();
         return Err(sasl_error(format!(
             "authentication failed ({}): {detail}",
-            crate::kerror::KafkaCode::from_code(response.error_code)
+            KafkaCode::from_code(response.error_code)
         )));
     }
-    tracing::debug!(broker = %messenger.broker(), user = %sasl.username, "SASL/PLAIN authenticated");
-    Ok(())
+    Ok(response.auth_bytes.to_vec())
 }

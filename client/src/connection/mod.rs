@@ -5,6 +5,7 @@
 
 pub mod handshake;
 mod messenger;
+pub mod scram;
 pub mod throttle;
 pub mod tls;
 
@@ -12,7 +13,7 @@ use std::time::Duration;
 
 use tokio::net::TcpStream;
 
-pub use handshake::SaslConfig;
+pub use handshake::{SaslConfig, SaslMechanism};
 pub use messenger::{Messenger, MessengerOptions, version_cap};
 pub use throttle::{Throttle, ThrottleTime};
 pub use tls::TlsConfig;
@@ -28,7 +29,7 @@ pub struct ConnectOptions {
     pub connect_timeout: Option<Duration>,
     /// TLS, if the listener speaks it.
     pub tls: Option<TlsConfig>,
-    /// SASL/PLAIN credentials, if the listener wants them.
+    /// SASL credentials, if the listener wants them.
     pub sasl: Option<SaslConfig>,
 }
 
@@ -84,7 +85,7 @@ async fn connect_inner(addr: &str, options: &ConnectOptions) -> Result<Messenger
     };
     handshake::negotiate_versions(&mut messenger).await?;
     if let Some(sasl) = &options.sasl {
-        handshake::authenticate_plain(&messenger, sasl).await?;
+        handshake::authenticate(&messenger, sasl).await?;
     }
     tracing::debug!(broker = addr, tls = options.tls.is_some(), "connected");
     Ok(messenger)

@@ -452,10 +452,11 @@ async fn sasl_plain_sends_the_rfc4616_token_and_reports_refusal() {
         });
         handshake::negotiate_versions(&mut m).await.unwrap();
         let creds = SaslConfig {
+            mechanism: SaslMechanism::Plain,
             username: "alice".into(),
             password: password.into(),
         };
-        let result = handshake::authenticate_plain(&m, &creds).await;
+        let result = handshake::authenticate(&m, &creds).await;
         if ok {
             result.unwrap();
         } else {
@@ -510,6 +511,7 @@ async fn tls_and_sasl_over_a_loopback_listener() {
                 .with_server_name("localhost"),
         ),
         sasl: Some(SaslConfig {
+            mechanism: SaslMechanism::Plain,
             username: "alice".into(),
             password: "secret".into(),
         }),
@@ -551,4 +553,115 @@ fn host_of_strips_port_and_brackets() {
     assert_eq!(host_of("localhost:9092"), "localhost");
     assert_eq!(host_of("[::1]:9092"), "::1");
     assert_eq!(host_of("10.0.0.1:1"), "10.0.0.1");
+}
+
+/// A SCRAM-SHA-256 server for user `alice` with password `secret`, written
+/// from RFC 5802 §3 (the server's side of the computation), so the client's
+/// proof is checked the way a broker checks it.
+async fn serve_scram<S>(server: &mut FakeConn<S>, honest: bool)
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
+    use ring::{digest, hmac, pbkdf2};
+    use scram::base64;
+
+    let req = server.next_request().await.unwrap();
+    match &req.body {
+        RequestKind::SaslHandshake(h) => assert_eq!(h.mechanism.as_str(), "SCRAM-SHA-256"),
+        other => panic!("{other:?}"),
+    }
+    server
+        .respond(
+            &req,
+            ResponseKind::SaslHandshake(SaslHandshakeResponse::default()),
+        )
+        .await;
+
+    let auth = |req: &weir_protocol::api::DecodedRequest| match &req.body {
+        RequestKind::SaslAuthenticate(a) => String::from_utf8(a.auth_bytes.to_vec()).unwrap(),
+        other => panic!("{other:?}"),
+    };
+    let req = server.next_request().await.unwrap();
+    let client_first = auth(&req);
+    let bare = client_first.strip_prefix("n,,").unwrap().to_owned();
+    assert!(bare.starts_with("n=alice,r="), "{bare}");
+    let nonce = format!("{}SERVERPART", &bare["n=alice,r=".len()..]);
+    let salt = b"weir-salt";
+    let server_first = format!("r={nonce},s={},i=4096", base64::encode(salt));
+    let reply = SaslAuthenticateResponse::default()
+        .with_auth_bytes(server_first.clone().into_bytes().into());
+    server
+        .respond(&req, ResponseKind::SaslAuthenticate(reply))
+        .await;
+
+    let req = server.next_request().await.unwrap();
+    let client_final = auth(&req);
+    let (without_proof, proof) = client_final.rsplit_once(",p=").unwrap();
+    assert_eq!(without_proof, format!("c=biws,r={nonce}"));
+    let mut salted = [0u8; 32];
+    let iterations = std::num::NonZeroU32::new(4096).unwrap();
+    pbkdf2::derive(
+        pbkdf2::PBKDF2_HMAC_SHA256,
+        iterations,
+        salt,
+        b"secret",
+        &mut salted,
+    );
+    let key = |k: &[u8]| hmac::Key::new(hmac::HMAC_SHA256, k);
+    let client_key = hmac::sign(&key(&salted), b"Client Key");
+    let stored_key = digest::digest(&digest::SHA256, client_key.as_ref());
+    let auth_message = format!("{bare},{server_first},{without_proof}");
+    let client_signature = hmac::sign(&key(stored_key.as_ref()), auth_message.as_bytes());
+    let recovered: Vec<u8> = base64::decode(proof)
+        .unwrap()
+        .iter()
+        .zip(client_signature.as_ref())
+        .map(|(p, s)| p ^ s)
+        .collect();
+    let proof_ok = digest::digest(&digest::SHA256, &recovered).as_ref() == stored_key.as_ref();
+    assert!(proof_ok, "the client's proof verifies");
+    let server_key = hmac::sign(&key(&salted), b"Server Key");
+    let mut signature = hmac::sign(&key(server_key.as_ref()), auth_message.as_bytes())
+        .as_ref()
+        .to_vec();
+    if !honest {
+        signature[0] ^= 1;
+    }
+    let server_final = format!("v={}", base64::encode(&signature));
+    let reply =
+        SaslAuthenticateResponse::default().with_auth_bytes(server_final.into_bytes().into());
+    server
+        .respond(&req, ResponseKind::SaslAuthenticate(reply))
+        .await;
+}
+
+#[tokio::test]
+async fn scram_sha_256_proves_both_sides() {
+    for honest in [true, false] {
+        let (client, server) = tokio::io::duplex(64 * 1024);
+        let mut m = Messenger::start(client, "fake", options());
+        let mut server = FakeConn::new(server);
+        let s = tokio::spawn(async move {
+            crate::fake_broker::serve_api_versions(&mut server).await;
+            serve_scram(&mut server, honest).await;
+            server
+        });
+        handshake::negotiate_versions(&mut m).await.unwrap();
+        let creds = SaslConfig {
+            mechanism: SaslMechanism::ScramSha256,
+            username: "alice".into(),
+            password: "secret".into(),
+        };
+        let result = handshake::authenticate(&m, &creds).await;
+        if honest {
+            result.unwrap();
+        } else {
+            let err = result.unwrap_err().to_string();
+            assert!(
+                err.contains("SCRAM-SHA-256") && err.contains("signature is wrong"),
+                "{err}"
+            );
+        }
+        let _ = s.await.unwrap();
+    }
 }
