@@ -198,3 +198,93 @@ fn a_retried_produce_whose_response_was_lost_is_written_once() {
         records.iter().map(|(_, v)| v.clone()).collect::<Vec<_>>()
     );
 }
+
+#[test]
+fn a_leader_move_mid_produce_is_followed_without_loss_or_duplicates() {
+    let Some(py) =
+        python_or_skip("a_leader_move_mid_produce_is_followed_without_loss_or_duplicates")
+    else {
+        return;
+    };
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let cluster = rt.block_on(async {
+        let cluster = Cluster::builder().brokers(3).build().await.unwrap();
+        cluster
+            .create_topic("moving", 1, [] as [(&str, &str); 0])
+            .await
+            .unwrap();
+        // Hold the first Produce to the old leader until the move below.
+        let hold = Intercept::new(
+            RequestMatcher::api(ApiKey::Produce).broker(0),
+            InterceptAction::Delay(std::time::Duration::from_secs(2)),
+        );
+        cluster.intercept(hold.times(1)).await.unwrap();
+        cluster
+    });
+    let bootstrap = cluster.bootstrap();
+    let records: Vec<(String, String)> =
+        (0..5).map(|i| (format!("k{i}"), format!("v{i}"))).collect();
+    let input = records_json(&records);
+    let producer = std::thread::spawn(move || {
+        kafka_tool(
+            &py,
+            &bootstrap,
+            &[
+                "produce",
+                "-t",
+                "moving",
+                "--linger-ms",
+                "20",
+                "--timeout",
+                "30",
+            ],
+            &input,
+        )
+    });
+    rt.block_on(async {
+        // Wait (on the request log, not on a clock) until the Produce reached broker 0.
+        loop {
+            let seen = cluster
+                .requests()
+                .await
+                .unwrap()
+                .iter()
+                .any(|r| r.api_key == ApiKey::Produce);
+            if seen {
+                break;
+            }
+            tokio::task::yield_now().await;
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        }
+        cluster.move_leader("moving", 0, 2).await.unwrap();
+    });
+    let out = producer.join().unwrap();
+    assert_eq!(out.status, 0, "{}", out.stderr);
+    let offsets: Vec<i64> = out
+        .lines
+        .iter()
+        .map(|r| r["offset"].as_i64().unwrap())
+        .collect();
+    assert_eq!(offsets, vec![0, 1, 2, 3, 4]);
+    let produce_brokers: Vec<i32> = rt.block_on(async {
+        cluster
+            .requests()
+            .await
+            .unwrap()
+            .iter()
+            .filter(|r| r.api_key == ApiKey::Produce)
+            .map(|r| r.broker_id)
+            .collect()
+    });
+    assert_eq!(
+        produce_brokers.first(),
+        Some(&0),
+        "first sent to the old leader"
+    );
+    assert_eq!(produce_brokers.last(), Some(&2), "then followed the move");
+    assert_eq!(rt.block_on(cluster.offsets("moving", 0)).unwrap().2, 5);
+}
