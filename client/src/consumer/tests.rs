@@ -491,3 +491,41 @@ async fn seeking_to_a_timestamp_after_the_last_record_lands_at_the_end() {
         "{err}"
     );
 }
+
+#[tokio::test]
+async fn corrupt_fetched_batches_give_a_typed_error_not_a_panic() {
+    let (_, _, good) = batch(0, &["a", "b"], -1, false);
+    // A flipped byte in the records: the CRC no longer matches.
+    let mut bad_crc = good.to_vec();
+    let last = bad_crc.len() - 1;
+    bad_crc[last] ^= 0xff;
+    // A record count far beyond the bytes (CRC recomputed is not needed
+    // with check.crcs=false, which makes the count check the one that fires).
+    let mut bad_count = good.to_vec();
+    bad_count[57..61].copy_from_slice(&1_000_000i32.to_be_bytes());
+    for (bytes, check_crcs) in [(bad_crc, true), (bad_count, false)] {
+        let mut fake = Fake::default();
+        fake.partitions.insert(
+            0,
+            Partition {
+                batches: vec![(0, 2, Bytes::from(bytes))],
+                ..Default::default()
+            },
+        );
+        let (_fake, mut consumer) = start(
+            fake,
+            ConsumerOptions {
+                check_crcs,
+                ..Default::default()
+            },
+        )
+        .await;
+        consumer.assign([tp(0)]);
+        consumer.seek(&tp(0), SeekTo::Offset(0)).unwrap();
+        let err = tokio::time::timeout(Duration::from_secs(5), consumer.poll())
+            .await
+            .unwrap()
+            .unwrap_err();
+        assert!(matches!(err, ClientError::Protocol { .. }), "{err}");
+    }
+}

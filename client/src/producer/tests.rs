@@ -51,6 +51,8 @@ struct FakeCluster {
     log: Mutex<Log>,
     produces: AtomicUsize,
     faults: Box<dyn Fn(usize) -> Fault + Send + Sync>,
+    /// While set, Produce answers wait until it opens.
+    gate: Mutex<Option<tokio::sync::watch::Receiver<bool>>>,
 }
 
 fn metadata(port: u16) -> ResponseKind {
@@ -154,10 +156,17 @@ async fn fake(
         log: Mutex::default(),
         produces: AtomicUsize::new(0),
         faults: Box::new(faults),
+        gate: Mutex::new(None),
     });
     let port = Arc::new(std::sync::OnceLock::new());
     let (f, p) = (Arc::clone(&fake), Arc::clone(&port));
-    let handler: Handler = Arc::new(move |req| f.handle(*p.get().unwrap_or(&0), req));
+    let handler: Handler = Arc::new(move |req| {
+        let mut reply = f.handle(*p.get().unwrap_or(&0), req);
+        if let (Some(r), RequestKind::Produce(_)) = (&mut reply, &req.body) {
+            r.hold = f.gate.lock().unwrap().clone();
+        }
+        reply
+    });
     let (addr, _) = spawn_broker(handler).await;
     port.set(addr.port()).unwrap();
     let config = ClientConfig::builder()
@@ -319,4 +328,50 @@ async fn a_record_larger_than_max_request_size_is_refused_at_once() {
         .await
         .unwrap_err();
     assert!(matches!(err, ClientError::Closed), "{err}");
+}
+
+#[tokio::test]
+async fn a_full_buffer_blocks_enqueue_until_max_block_then_acks_free_it() {
+    let (fake, cluster) = fake(|_| Fault::None).await;
+    let (open, gate) = tokio::sync::watch::channel(false);
+    *fake.gate.lock().unwrap() = Some(gate);
+    let options = ProducerOptions {
+        buffer_memory: 4096,
+        max_block: Duration::from_millis(300),
+        ..options()
+    };
+    let producer = Producer::with_cluster(cluster, options).unwrap();
+    let mut accepted = Vec::new();
+    let err = loop {
+        let record = ProducerRecord::new("t")
+            .with_partition(0)
+            .with_value(vec![b'x'; 500]);
+        match producer.enqueue(record).await {
+            Ok(d) => accepted.push(d),
+            Err(e) => break e,
+        }
+        assert!(accepted.len() < 100, "buffer.memory never pushed back");
+    };
+    assert!(
+        matches!(
+            err,
+            ClientError::Timeout {
+                setting: "max.block.ms",
+                ..
+            }
+        ),
+        "{err}"
+    );
+    // About 4096 / 541 records fit while nothing is acknowledged.
+    assert!((5..=8).contains(&accepted.len()), "{}", accepted.len());
+    open.send(true).unwrap();
+    for (i, d) in accepted.into_iter().enumerate() {
+        assert_eq!(d.await.unwrap().offset, i as i64);
+    }
+    // Acknowledged records gave their memory back.
+    let record = ProducerRecord::new("t")
+        .with_partition(0)
+        .with_value(vec![b'x'; 500]);
+    producer.send(record).await.unwrap();
+    producer.close().await;
 }
