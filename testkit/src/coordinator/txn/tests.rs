@@ -258,3 +258,98 @@ fn an_exhausted_epoch_rotates_the_producer_id() {
     assert_eq!(epoch, 0);
     assert_eq!(c.transaction(TID).unwrap().last_producer_id, pid);
 }
+
+#[test]
+fn random_clients_never_break_the_transaction_invariants() {
+    let mut seed = 7u64;
+    let mut below = move |n: u64| {
+        seed = seed
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        (seed >> 33) % n
+    };
+    let mut c = TxnCoordinator::new();
+    let t0 = Instant::now();
+    let mut now = t0;
+    let tids = ["a", "b", "c"];
+    // What each client instance believes: (producer id, epoch).
+    let mut clients: Vec<Option<(&str, i64, i16)>> = vec![None; 6];
+    let mut last: std::collections::HashMap<&str, (i64, i16)> = Default::default();
+    let mut pending: Vec<(Instant, String)> = Vec::new();
+    let mut aborts = 0;
+    for _ in 0..3000 {
+        let k = usize::try_from(below(6)).unwrap();
+        let tid = tids[k % 3];
+        match (below(5), clients[k]) {
+            (0, _) | (_, None) => {
+                if let Ok((pid, epoch)) = c.init_producer_id(Some(tid), 5_000, None) {
+                    clients[k] = Some((tid, pid, epoch));
+                }
+            }
+            (1, Some((tid, pid, epoch))) => {
+                let p = i32::try_from(below(3)).unwrap();
+                let _ = c.add_partitions(tid, pid, epoch, &[tp("t", p)], now);
+            }
+            (2, Some((tid, pid, epoch))) => {
+                let _ = c.end_txn(tid, pid, epoch, below(2) == 0);
+            }
+            (3, Some((tid, pid, epoch))) => {
+                let _ = c.add_offsets(tid, pid, epoch, "g", now);
+            }
+            _ => {
+                now += Duration::from_millis(below(3_000));
+                pending.extend(c.take_wakeups());
+                pending.sort();
+                while pending.first().is_some_and(|(at, _)| *at <= now) {
+                    let (_, tid) = pending.remove(0);
+                    c.on_timer(&tid, now);
+                }
+            }
+        }
+        for end in c.take_ends() {
+            aborts += usize::from(end.kind == ControlKind::Abort);
+            // A transaction ends once, with what it touched, at the id's
+            // current epoch, and leaves it complete.
+            let meta = c.transaction(&end.transactional_id).unwrap();
+            assert_eq!(
+                (end.producer_id, end.producer_epoch),
+                (meta.producer_id, meta.producer_epoch)
+            );
+            assert!(matches!(
+                meta.state,
+                TxnState::CompleteCommit | TxnState::CompleteAbort
+            ));
+            assert!(meta.partitions.is_empty() && meta.groups.is_empty());
+            assert!(
+                !end.partitions.is_empty() || !end.groups.is_empty(),
+                "an empty transaction never opens"
+            );
+        }
+        for meta in c.transactions() {
+            let id = meta.transactional_id.as_str();
+            let (pid, epoch) = (meta.producer_id, meta.producer_epoch);
+            if let Some(&(last_pid, last_epoch)) = last.get(id) {
+                assert!(
+                    pid != last_pid || epoch >= last_epoch,
+                    "{id}: the epoch went back"
+                );
+            }
+            last.insert(
+                tids.iter().find(|t| **t == id).copied().unwrap(),
+                (pid, epoch),
+            );
+            assert_eq!(meta.state == TxnState::Ongoing, meta.started.is_some());
+            assert!(!matches!(
+                meta.state,
+                TxnState::PrepareCommit | TxnState::PrepareAbort
+            ));
+        }
+        let pids: std::collections::HashSet<i64> =
+            c.transactions().map(|m| m.producer_id).collect();
+        assert_eq!(
+            pids.len(),
+            c.transactions().count(),
+            "producer ids are unique"
+        );
+    }
+}
