@@ -352,4 +352,5 @@ fn random_clients_never_break_the_transaction_invariants() {
             "producer ids are unique"
         );
     }
+    assert!(aborts > 0, "the run exercised aborts");
 }
