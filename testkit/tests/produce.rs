@@ -84,18 +84,21 @@ async fn sequence_gaps_are_rejected() {
         45,
         "OUT_OF_ORDER_SEQUENCE_NUMBER"
     );
-    // A new producer must start at 0.
+    // A producer with no state here may start anywhere (Kafka's rule, so
+    // that producers survive DeleteRecords); its next batch must follow.
     let other = Producer {
         id: 7,
         epoch: 0,
         seq: 5,
         transactional: false,
     };
-    assert_eq!(produce(&mut c, batch(&["x"], other)).await.0, 45);
+    assert_eq!(produce(&mut c, batch(&["x"], other)).await, (0, 1));
+    let gap = Producer { seq: 7, ..other };
+    assert_eq!(produce(&mut c, batch(&["y"], gap)).await.0, 45);
     assert_eq!(
         cluster.offsets("t", 0).await.unwrap().2,
-        1,
-        "nothing was appended"
+        2,
+        "only in-sequence batches were appended"
     );
 }
 

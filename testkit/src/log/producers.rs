@@ -83,12 +83,10 @@ impl ProducerStates {
             return SequenceCheck::Append;
         }
         let Some(entry) = self.entries.get(&h.producer_id) else {
-            // A producer new to this partition starts at sequence 0.
-            return if h.base_sequence <= 0 {
-                SequenceCheck::Append
-            } else {
-                SequenceCheck::OutOfOrder { expected: 0 }
-            };
+            // Like Kafka (ProducerAppendInfo): with no state for the producer
+            // (new here, or its records deleted by retention or
+            // DeleteRecords), any sequence is accepted.
+            return SequenceCheck::Append;
         };
         if h.producer_epoch < entry.epoch {
             return SequenceCheck::StaleEpoch {
@@ -196,7 +194,8 @@ mod tests {
         let mut s = ProducerStates::default();
         assert_eq!(
             s.check(&header(7, 0, 3, 1, 0)),
-            SequenceCheck::OutOfOrder { expected: 0 }
+            SequenceCheck::Append,
+            "unknown producer"
         );
         for (i, seq) in [0, 2, 4, 6, 8, 10].into_iter().enumerate() {
             let h = header(7, 0, seq, 2, i as i64 * 2);
