@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use weir_group::assignor::{
     Assignor, GroupAssignment, GroupSubscription, MemberSubscription, TopicPartition,
-    to_wire_assignment,
+    cooperative_sticky_user_data, to_wire_assignment,
 };
 use weir_group::consumer_protocol::{Assignment, Subscription, TopicPartitions};
 
@@ -275,4 +275,27 @@ fn wire_subscriptions_feed_the_assignor_and_assignments_go_back_on_the_wire() {
     );
     let (_, back) = Assignment::decode(&wire.encode(3).unwrap()).unwrap();
     assert_eq!(back, wire);
+}
+
+#[test]
+fn generation_falls_back_to_javas_cooperative_user_data() {
+    // A Java 3.3 consumer: subscription v1, generation only in user data.
+    let sub = Subscription {
+        topics: vec!["t".into()],
+        user_data: Some(cooperative_sticky_user_data(9)),
+        owned_partitions: vec![TopicPartitions {
+            topic: "t".into(),
+            partitions: vec![0],
+        }],
+        ..Subscription::default()
+    };
+    let (_, decoded) = Subscription::decode(&sub.encode(1).unwrap()).unwrap();
+    assert_eq!(MemberSubscription::from_wire(None, &decoded).generation, 9);
+    // The v2 field wins when present; other user data is not a generation.
+    let mut v3 = sub.clone();
+    v3.generation_id = 11;
+    assert_eq!(MemberSubscription::from_wire(None, &v3).generation, 11);
+    let mut other = sub;
+    other.user_data = Some(bytes::Bytes::from_static(b"\x00\x00\x00\x01\x00"));
+    assert_eq!(MemberSubscription::from_wire(None, &other).generation, -1);
 }

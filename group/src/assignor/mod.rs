@@ -66,7 +66,21 @@ impl MemberSubscription {
     }
 
     /// The member's view as decoded from its JoinGroup metadata.
+    ///
+    /// Java consumers before 3.4 carry the generation only in the
+    /// cooperative-sticky user data (one int32); it is used when the
+    /// subscription has no generation field, so their stale claims are still
+    /// told apart from fresh ones.
     pub fn from_wire(instance_id: Option<String>, subscription: &Subscription) -> Self {
+        let generation = if subscription.generation_id == NO_GENERATION {
+            subscription
+                .user_data
+                .as_deref()
+                .and_then(|b| <[u8; 4]>::try_from(b).ok())
+                .map_or(NO_GENERATION, i32::from_be_bytes)
+        } else {
+            subscription.generation_id
+        };
         Self {
             instance_id,
             topics: subscription.topics.iter().cloned().collect(),
@@ -79,9 +93,17 @@ impl MemberSubscription {
                         .map(|p| TopicPartition::new(tp.topic.clone(), *p))
                 })
                 .collect(),
-            generation: subscription.generation_id,
+            generation,
         }
     }
+}
+
+/// The user data Java's `CooperativeStickyAssignor` puts in a subscription:
+/// the generation as one int32. Weir members send it too, so a leader
+/// running a Java consumer older than 3.4 (which ignores the v2 generation
+/// field) can still resolve conflicting claims.
+pub fn cooperative_sticky_user_data(generation: i32) -> bytes::Bytes {
+    bytes::Bytes::copy_from_slice(&generation.to_be_bytes())
 }
 
 /// The assignor's input: every member by member id, and the partition count
