@@ -129,6 +129,13 @@ async fn acks_zero_gets_no_response_and_still_appends() {
         1
     );
     assert_eq!(cluster.offsets("t", 0).await.unwrap().2, 1);
+    // An error with acks=0 closes the connection.
+    c.send_only(
+        V,
+        &produce_request("nope", 0, batch(&["a"], PLAIN), 0, None),
+    )
+    .await;
+    assert!(c.recv_frame().await.is_none());
 }
 
 #[tokio::test]

@@ -34,6 +34,7 @@ pub fn handle(
     let transactional = req.transactional_id.is_some();
     let mut responses = Vec::with_capacity(req.topic_data.len());
     let mut appended_any = false;
+    let mut failed_any = false;
     for topic in req.topic_data {
         let name = topic.name.0.to_string();
         let partition_responses = topic
@@ -42,6 +43,7 @@ pub fn handle(
             .map(|p| {
                 let r = produce_partition(state, ctx, &name, p, acks, transactional);
                 appended_any |= r.error_code == 0;
+                failed_any |= r.error_code != 0;
                 r
             })
             .collect();
@@ -55,7 +57,13 @@ pub fn handle(
         super::fetch::wake_waiting(state, ctx.now);
     }
     if acks == 0 {
-        return Reply::NoResponse;
+        // Like Kafka: an acks=0 producer hears of an error only through a
+        // closed connection, which makes it refresh its metadata.
+        return if failed_any {
+            Reply::Close
+        } else {
+            Reply::NoResponse
+        };
     }
     Reply::Now(ResponseKind::Produce(
         ProduceResponse::default().with_responses(responses),
