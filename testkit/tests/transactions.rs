@@ -324,3 +324,76 @@ async fn idempotent_producers_get_fresh_ids() {
         .await;
     assert_eq!(resp.responses[0].partition_responses[0].error_code, 0);
 }
+
+/// Markers reach every partition of the transaction, whichever broker leads
+/// it, and the coordinator is the broker FindCoordinator names.
+#[tokio::test]
+async fn end_txn_marks_every_partition_on_every_broker() {
+    use weir_protocol::kafka_protocol::messages::FindCoordinatorRequest;
+
+    let cluster = Cluster::builder().brokers(3).build().await.unwrap();
+    cluster
+        .create_topic("m", 3, [] as [(&str, &str); 0])
+        .await
+        .unwrap();
+    let mut any = TestClient::new(cluster.connect_duplex(0).await.unwrap(), "p");
+    let found = any
+        .call(
+            3,
+            &FindCoordinatorRequest::default()
+                .with_key(s("tx-m"))
+                .with_key_type(1),
+        )
+        .await;
+    assert_eq!(found.error_code, 0);
+    let coordinator = found.node_id.0;
+    let mut c = TestClient::new(cluster.connect_duplex(coordinator).await.unwrap(), "p");
+    let wrong = (coordinator + 1) % 3;
+    let mut elsewhere = TestClient::new(cluster.connect_duplex(wrong).await.unwrap(), "p");
+    assert_eq!(
+        init_producer(&mut elsewhere, "tx-m", 60_000).await.0,
+        16,
+        "NOT_COORDINATOR"
+    );
+
+    let (_, pid, epoch) = init_producer(&mut c, "tx-m", 60_000).await;
+    assert_eq!(
+        add_partitions(&mut c, "tx-m", pid, epoch, "m", &[0, 1, 2]).await,
+        vec![0, 0, 0]
+    );
+    for partition in 0..3 {
+        let leader = cluster
+            .with_state(move |s| s.partition("m", partition).map(|p| p.leader))
+            .await
+            .unwrap()
+            .unwrap();
+        let mut p = TestClient::new(cluster.connect_duplex(leader).await.unwrap(), "p");
+        let producer = Producer {
+            id: pid,
+            epoch,
+            seq: 0,
+            transactional: true,
+        };
+        let records = batch(&["v"], producer);
+        let resp = p
+            .call(
+                9,
+                &produce_request("m", partition, records, -1, Some("tx-m")),
+            )
+            .await;
+        assert_eq!(resp.responses[0].partition_responses[0].error_code, 0);
+        assert_eq!(
+            cluster.offsets("m", partition).await.unwrap(),
+            (0, 0, 1),
+            "open"
+        );
+    }
+    assert_eq!(end_txn(&mut c, "tx-m", pid, epoch, true, 3).await, 0);
+    for partition in 0..3 {
+        assert_eq!(
+            cluster.offsets("m", partition).await.unwrap(),
+            (0, 2, 2),
+            "partition {partition}: the COMMIT marker is at offset 1"
+        );
+    }
+}

@@ -891,3 +891,37 @@ fn random_member_behaviour_never_breaks_the_group_invariants() {
         );
     }
 }
+
+#[test]
+fn a_rebalance_waits_for_the_largest_rebalance_timeout_of_the_members() {
+    let mut h = Harness::new();
+    let a = h.stable_single();
+    // b joins with a rebalance timeout twice a's.
+    let first = h.join("", None, 5).expect("MEMBER_ID_REQUIRED");
+    let b = first.member_id.to_string();
+    let caller = h.caller();
+    let req = Harness::join_req(&b, None, &[("range", b"sub")])
+        .with_rebalance_timeout_ms(i32::try_from(REBALANCE.as_millis() * 2).unwrap());
+    assert!(h.c.join(&caller, req, 5, h.now).is_none());
+    h.collect();
+    // a stays alive by heartbeats but never rejoins.
+    let start = h.now;
+    while h.now - start < REBALANCE * 2 - Duration::from_secs(5) {
+        h.advance(Duration::from_secs(5));
+        assert_eq!(
+            h.heartbeat(&a, 1, None),
+            code(ResponseError::RebalanceInProgress)
+        );
+    }
+    assert!(
+        h.answer(caller.request).is_none(),
+        "still waiting after a's own timeout"
+    );
+    h.advance(Duration::from_secs(5));
+    let joined = h.join_answer(caller.request);
+    assert_eq!(
+        (joined.generation_id, joined.leader.as_str()),
+        (2, b.as_str())
+    );
+    assert!(!h.c.group(G).unwrap().has(&a));
+}
