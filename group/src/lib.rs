@@ -8,6 +8,29 @@
 //!   assignors as pure functions;
 //! - [`task_assignor`]: Kafka Streams' high-availability task assignor
 //!   (KIP-441), with a follow-up rebalance as soon as a warmup catches up.
+//!
+//! The group leader's step, from JoinGroup metadata to SyncGroup assignments:
+//!
+//! ```
+//! use weir_group::assignor::{Assignor, GroupSubscription, MemberSubscription, to_wire_assignment};
+//! use weir_group::consumer_protocol::{Assignment, Subscription};
+//!
+//! # fn main() -> weir_group::Result<()> {
+//! let metadata = Subscription { topics: vec!["orders".into()], ..Subscription::default() }.encode(3)?;
+//!
+//! let (_version, subscription) = Subscription::decode(&metadata)?;
+//! let group = GroupSubscription {
+//!     members: [("member-1".to_owned(), MemberSubscription::from_wire(None, &subscription))].into(),
+//!     partitions_per_topic: [("orders".to_owned(), 3)].into(),
+//! };
+//! let assignment = Assignor::CooperativeSticky.assign(&group);
+//! let bytes = to_wire_assignment(&assignment["member-1"]).encode(3)?;
+//!
+//! let (_, decoded) = Assignment::decode(&bytes)?;
+//! assert_eq!(decoded.assigned_partitions[0].partitions, vec![0, 1, 2]);
+//! # Ok(())
+//! # }
+//! ```
 
 pub mod assignor;
 pub mod consumer_protocol;
