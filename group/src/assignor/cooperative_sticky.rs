@@ -2,7 +2,7 @@
 //! on top of `AbstractStickyAssignor`).
 //!
 //! Three steps:
-//! 1. resolve ownership claims by generation ([`claims`](super::claims));
+//! 1. resolve ownership claims by generation (module `claims`);
 //! 2. compute a balanced, sticky target: with equal subscriptions, quotas of
 //!    `⌊P/M⌋` and `⌈P/M⌉` where every member keeps up to its quota of what it
 //!    owns; otherwise keep what is owned, place the rest on the least loaded

@@ -4,11 +4,11 @@
 //! `probing.rebalance.interval.ms`.
 //!
 //! The steps follow Kafka's `HighAvailabilityTaskAssignor` and `TaskMovement`:
-//! 1. place stateful actives in a balanced target ([`placement`]);
+//! 1. place stateful actives in a balanced target (module `placement`);
 //! 2. wherever the target client is not caught up on a task but another
 //!    client is more caught up, keep the active on a caught-up client this
 //!    round and start a warmup on the target, up to `max.warmup.replicas`
-//!    ([`movement`]);
+//!    (module `movement`);
 //! 3. place `num.standby.replicas` standbys per stateful task;
 //! 4. spread stateless tasks over the least loaded clients;
 //! 5. if any active could not go to its target, ask for a follow-up
