@@ -27,9 +27,10 @@ type SharedSlot = Arc<AsyncMutex<Slot>>;
 pub(crate) struct Pool {
     options: ConnectOptions,
     slots: Mutex<HashMap<(BrokerId, Lane), SharedSlot>>,
-    /// One throttle per broker, shared by its lanes: the broker's quota is
-    /// per client, not per connection.
-    throttles: Mutex<HashMap<BrokerId, Arc<Throttle>>>,
+    /// One throttle per (broker, lane), kept across reconnects. The broker
+    /// mutes the connection whose request broke a quota (KIP-219), and a
+    /// fetch-quota delay must not hold back a heartbeat on another lane.
+    throttles: Mutex<HashMap<(BrokerId, Lane), Arc<Throttle>>>,
 }
 
 impl Pool {
@@ -46,9 +47,9 @@ impl Pool {
         Arc::clone(slots.entry((broker, lane)).or_default())
     }
 
-    fn throttle(&self, broker: BrokerId) -> Arc<Throttle> {
+    fn throttle(&self, broker: BrokerId, lane: Lane) -> Arc<Throttle> {
         let mut t = self.throttles.lock().unwrap_or_else(|e| e.into_inner());
-        Arc::clone(t.entry(broker).or_default())
+        Arc::clone(t.entry((broker, lane)).or_default())
     }
 
     /// The live connection for (broker, lane), dialling `addr` if there is none.
@@ -68,7 +69,7 @@ impl Pool {
         }
         slot.messenger = None;
         let mut options = self.options.clone();
-        options.messenger.throttle = self.throttle(broker);
+        options.messenger.throttle = self.throttle(broker, lane);
         tracing::debug!(broker, ?lane, addr, "opening connection");
         let messenger = Arc::new(connect(addr, &options).await?);
         slot.addr = addr.to_owned();

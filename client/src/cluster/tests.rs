@@ -302,3 +302,39 @@ async fn find_coordinator_retries_while_unavailable_then_caches() {
         .unwrap();
     assert_eq!(lookups.load(Ordering::SeqCst), 3);
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_throttled_lane_waits_but_other_lanes_do_not() {
+    let (addr, _) = broker_with(|port, req| match &req.body {
+        RequestKind::Fetch(_) => Reply::now(ResponseKind::Fetch(
+            FetchResponse::default().with_throttle_time_ms(10_000),
+        )),
+        RequestKind::Heartbeat(_) => {
+            Reply::now(ResponseKind::Heartbeat(HeartbeatResponse::default()))
+        }
+        _ => Reply::now(metadata(port, None)),
+    })
+    .await;
+    let cluster = Cluster::connect(config(&[addr])).await.unwrap();
+    let start = tokio::time::Instant::now();
+    cluster
+        .request(1, Lane::Fetch, &FetchRequest::default())
+        .await
+        .unwrap();
+    cluster
+        .request(1, Lane::Coordinator, &HeartbeatRequest::default())
+        .await
+        .unwrap();
+    assert!(
+        start.elapsed() < Duration::from_secs(1),
+        "the heartbeat was not held back"
+    );
+    cluster
+        .request(1, Lane::Fetch, &FetchRequest::default())
+        .await
+        .unwrap();
+    assert!(
+        start.elapsed() >= Duration::from_secs(10),
+        "the next fetch waited out the throttle"
+    );
+}

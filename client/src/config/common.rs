@@ -268,8 +268,8 @@ impl ClientConfig {
         Ok(())
     }
 
-    /// The options every new connection is opened with. Each broker gets its
-    /// own [`Throttle`], shared by its lanes.
+    /// The options every new connection is opened with. The cluster gives
+    /// each (broker, lane) its own [`Throttle`].
     ///
     /// # Errors
     /// [`ClientError::Tls`] if the `ssl.*` files cannot be read.

@@ -40,8 +40,8 @@ pub struct MessengerOptions {
     pub request_timeout: Duration,
     /// The largest response frame accepted; a larger length poisons the connection.
     pub max_frame_size: usize,
-    /// Delays requests while the broker asks us to back off; may be shared
-    /// by all connections to one broker.
+    /// Delays requests while the broker asks us to back off. The cluster
+    /// keeps one per (broker, lane), so it outlives a reconnect.
     pub throttle: Arc<Throttle>,
 }
 
