@@ -95,6 +95,11 @@ async fn create_describe_grow_and_delete_topics() {
     assert_eq!(resp.topics[0].error_code, 36, "TOPIC_ALREADY_EXISTS");
     let resp = c.call(7, &create("bad name!", 1, &[])).await;
     assert_eq!(resp.topics[0].error_code, 17, "INVALID_TOPIC_EXCEPTION");
+    let resp = c.call(7, &create("x", i32::MAX, &[])).await;
+    assert_eq!(
+        resp.topics[0].error_code, 37,
+        "a hostile partition count is refused"
+    );
     let resp = c.call(7, &create("x", 0, &[])).await;
     assert_eq!(resp.topics[0].error_code, 37, "INVALID_PARTITIONS");
     let resp = c.call(7, &create("x", 1, &[("no.such.config", "1")])).await;

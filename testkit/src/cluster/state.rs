@@ -29,6 +29,10 @@ use crate::handlers::fetch::PendingFetch;
 use crate::log::{AppendError, PartitionLog};
 use crate::server::AbortOnDrop;
 
+/// The most partitions one topic may have: a request cannot make the
+/// cluster allocate without bound.
+pub const MAX_PARTITIONS: i32 = 10_000;
+
 /// Settings fixed when the cluster is built.
 #[derive(Debug, Clone)]
 pub struct ClusterConfig {
@@ -315,6 +319,12 @@ impl ClusterState {
             return Err((
                 ResponseError::InvalidPartitions.code(),
                 "Number of partitions must be larger than 0.".to_owned(),
+            ));
+        }
+        if partitions > MAX_PARTITIONS {
+            return Err((
+                ResponseError::InvalidPartitions.code(),
+                format!("weir-testkit allows at most {MAX_PARTITIONS} partitions per topic."),
             ));
         }
         let brokers = i32::try_from(self.brokers.len()).unwrap_or(1);

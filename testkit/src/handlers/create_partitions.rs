@@ -8,7 +8,7 @@ use weir_protocol::kafka_protocol::messages::{
 
 use super::{Reply, RequestContext};
 use crate::cluster::ClusterState;
-use crate::cluster::state::add_partitions;
+use crate::cluster::state::{MAX_PARTITIONS, add_partitions};
 
 /// Versions 0 to 3.
 pub const VERSIONS: (i16, i16) = (0, 3);
@@ -30,6 +30,11 @@ pub fn handle(
                 return result.with_error_code(ResponseError::UnknownTopicOrPartition.code());
             };
             let current = i32::try_from(topic.partitions.len()).unwrap_or(i32::MAX);
+            if t.count > MAX_PARTITIONS {
+                return result
+                    .with_error_code(ResponseError::InvalidPartitions.code())
+                    .with_error_message(Some(format!("at most {MAX_PARTITIONS} partitions per topic").into()));
+            }
             if t.count <= current {
                 return result.with_error_code(ResponseError::InvalidPartitions.code()).with_error_message(Some(
                     format!("Topic currently has {current} partitions, which is higher than or equal to the requested {}.", t.count).into(),
