@@ -197,7 +197,7 @@ pub enum FaultAction {
 
 /// Default cap on the request log, so a long-running standalone broker
 /// does not grow without bound; tests rarely send this many requests.
-pub const DEFAULT_LOG_CAPACITY: usize = 100_000;
+pub const DEFAULT_LOG_CAPACITY: usize = 10_000;
 
 /// All installed faults and the request log.
 #[derive(Debug)]
