@@ -13,6 +13,37 @@
 //!   (neither field is covered by the CRC). [`encode_control_batch`] writes
 //!   transaction markers.
 //!
+//! # Examples
+//!
+//! A producer's batch, appended by a broker at offset 42 and fetched back:
+//!
+//! ```
+//! use bytes::{Bytes, BytesMut};
+//! use weir_protocol::records::*;
+//!
+//! let mut builder = BatchBuilder::new(BatchOptions { compression: Compression::Zstd, ..Default::default() });
+//! for i in 0..3 {
+//!     builder.push(RecordInput { timestamp: 1_000 + i, value: Some(Bytes::from(format!("v{i}"))), ..Default::default() });
+//! }
+//! let produced = builder.build()?;
+//!
+//! // Broker: check, then assign offsets in place; the CRC stays valid.
+//! let (header, raw) = split_batches(&produced)?.remove(0);
+//! assert_eq!(header.record_count, 3);
+//! let mut stored = BytesMut::from(&raw[..]);
+//! set_base_offset(&mut stored, 42);
+//! set_partition_leader_epoch(&mut stored, 5);
+//!
+//! // Consumer: a fetch cut short in the middle of a second copy.
+//! let mut fetched = stored.clone();
+//! fetched.extend_from_slice(&stored[..30]);
+//! let decoded = decode_batches(&fetched.freeze(), &DecodeOptions::default())?;
+//! assert!(decoded.truncated_tail);
+//! let offsets: Vec<i64> = decoded.batches[0].records.iter().map(|r| r.offset).collect();
+//! assert_eq!(offsets, [42, 43, 44]);
+//! # Ok::<(), weir_protocol::ProtocolError>(())
+//! ```
+//!
 //! Why not `kafka-protocol`'s records module: it reserves memory from counts
 //! read off the wire before checking them. Here every count and length is
 //! bounded by the bytes left first, decompression is capped by
