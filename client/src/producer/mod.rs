@@ -332,6 +332,12 @@ impl Producer {
         };
         let wake = {
             let mut state = shared.lock();
+            // Checked again under the lock: the sender exits only when it
+            // sees `closed` and an empty accumulator under this lock, so a
+            // record either gets in before that or is refused here.
+            if shared.closed.load(Ordering::Acquire) {
+                return Err(ClientError::Closed);
+            }
             let partition = match (record.partition, &input.key) {
                 (Some(p), _) => p,
                 (None, Some(key)) => partition_for_key(key, partitions),

@@ -319,11 +319,12 @@ fn handle_unanswered(
             let retriable = e.is_retriable();
             let message = e.to_string();
             for batch in batches {
-                let what = message.clone();
+                let (what, attempts) = (message.clone(), batch.attempts);
+                // ClientError is not Clone: each record gets the cause's text.
                 retry_or_fail(shared, batch, 0, retriable, &|| {
                     ClientError::RetriesExhausted {
-                        what: "produce".to_owned(),
-                        attempts: 1,
+                        what: format!("produce to broker {broker}"),
+                        attempts,
                         last: Box::new(ClientError::Io {
                             broker: broker.to_string(),
                             context: "produce request",
