@@ -9,7 +9,7 @@
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
-use weir_client::admin::{Admin, ConfigResource, NewTopic, OffsetSpec};
+use weir_client::admin::{Admin, ConfigChange, ConfigResource, NewTopic, OffsetSpec};
 use weir_client::cluster::{Cluster, CoordinatorKind, Lane};
 use weir_client::config::ClientConfig;
 use weir_protocol::kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
@@ -177,6 +177,30 @@ async fn topic_lifecycle_with_configs_offsets_and_errors() {
         .expect("cleanup.policy listed");
     assert_eq!(policy.value.as_deref(), Some("compact"));
 
+    let resource = ConfigResource::Topic(topic.clone());
+    admin
+        .alter_configs(
+            &resource,
+            &[ConfigChange::Set("retention.ms".into(), "3600000".into())],
+        )
+        .await
+        .unwrap();
+    let configs = admin.describe_configs(&resource).await.unwrap();
+    let retention = configs
+        .iter()
+        .find(|c| c.name == "retention.ms")
+        .expect("retention.ms listed");
+    assert_eq!(retention.value.as_deref(), Some("3600000"));
+    let policy = configs
+        .iter()
+        .find(|c| c.name == "cleanup.policy")
+        .expect("cleanup.policy listed");
+    assert_eq!(
+        policy.value.as_deref(),
+        Some("compact"),
+        "other configs are left alone"
+    );
+
     let earliest = admin
         .list_topic_offsets(&topic, OffsetSpec::Earliest, false)
         .await
@@ -249,7 +273,7 @@ async fn groups_are_listed_and_described_via_their_coordinator() {
                 .with_partitions(vec![
                     OffsetCommitRequestPartition::default()
                         .with_partition_index(0)
-                        .with_committed_offset(0),
+                        .with_committed_offset(42),
                 ]),
         ]);
     let r = cluster
@@ -264,6 +288,14 @@ async fn groups_are_listed_and_described_via_their_coordinator() {
     assert_eq!(described[0].group_id, group);
     // No member has joined. (tansu also reports no members for active groups.)
     assert!(described[0].members.is_empty());
+    let offsets = admin.list_group_offsets(&group).await.unwrap();
+    assert_eq!(
+        offsets
+            .iter()
+            .map(|o| (o.topic.as_str(), o.partition, o.offset))
+            .collect::<Vec<_>>(),
+        [(topic.as_str(), 0, 42)]
+    );
     admin.delete_topic(&topic).await.unwrap();
 }
 

@@ -1,8 +1,13 @@
-//! DescribeConfigs.
+//! DescribeConfigs and IncrementalAlterConfigs.
 
 use weir_protocol::ApiKey;
-use weir_protocol::kafka_protocol::messages::DescribeConfigsRequest;
 use weir_protocol::kafka_protocol::messages::describe_configs_request::DescribeConfigsResource;
+use weir_protocol::kafka_protocol::messages::incremental_alter_configs_request::{
+    AlterConfigsResource, AlterableConfig,
+};
+use weir_protocol::kafka_protocol::messages::{
+    DescribeConfigsRequest, IncrementalAlterConfigsRequest,
+};
 use weir_protocol::kafka_protocol::protocol::StrBytes;
 
 use super::Admin;
@@ -62,6 +67,28 @@ impl ConfigSource {
             5 => ConfigSource::Default,
             other => ConfigSource::Other(other),
         }
+    }
+}
+
+/// A change to one config (IncrementalAlterConfigs).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ConfigChange {
+    /// Sets `name` to `value`.
+    Set(String, String),
+    /// Removes `name`, reverting it to its default.
+    Delete(String),
+}
+
+impl ConfigChange {
+    fn to_wire(&self) -> AlterableConfig {
+        let (name, op, value) = match self {
+            ConfigChange::Set(n, v) => (n, 0, Some(StrBytes::from_string(v.clone()))),
+            ConfigChange::Delete(n) => (n, 1, None),
+        };
+        AlterableConfig::default()
+            .with_name(StrBytes::from_string(name.clone()))
+            .with_config_operation(op)
+            .with_value(value)
     }
 }
 
@@ -135,5 +162,49 @@ impl Admin {
             .collect();
         entries.sort_by(|a, b| a.name.cmp(&b.name));
         Ok(entries)
+    }
+
+    /// Applies `changes` to `resource`'s configs, leaving the others as they are.
+    ///
+    /// # Errors
+    /// [`ClientError::Server`] naming the resource (e.g. `INVALID_CONFIG`).
+    pub async fn alter_configs(
+        &self,
+        resource: &ConfigResource,
+        changes: &[ConfigChange],
+    ) -> Result<()> {
+        let request = IncrementalAlterConfigsRequest::default().with_resources(vec![
+            AlterConfigsResource::default()
+                .with_resource_type(resource.wire_type())
+                .with_resource_name(StrBytes::from_string(resource.wire_name()))
+                .with_configs(changes.iter().map(ConfigChange::to_wire).collect()),
+        ]);
+        let response = self
+            .cluster
+            .retry("IncrementalAlterConfigs", || async {
+                match resource {
+                    ConfigResource::Broker(id) => {
+                        self.cluster.request(*id, Lane::Metadata, &request).await
+                    }
+                    ConfigResource::Topic(_) => self.cluster.request_controller(&request).await,
+                }
+            })
+            .await?;
+        let name = resource.wire_name();
+        let result = response
+            .responses
+            .iter()
+            .find(|r| r.resource_name.as_str() == name)
+            .ok_or_else(|| ClientError::MissingInResponse {
+                api: ApiKey::IncrementalAlterConfigs,
+                what: name.clone(),
+            })?;
+        ClientError::check(
+            result.error_code,
+            ApiKey::IncrementalAlterConfigs,
+            Some(&name),
+            None,
+        )
+        .map_err(|e| e.with_message(result.error_message.as_deref()))
     }
 }

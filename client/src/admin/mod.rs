@@ -1,4 +1,5 @@
-//! Admin operations: topics, configs, offsets, the cluster, groups.
+//! Admin operations: topics, configs, offsets, the cluster, groups and
+//! their committed offsets.
 //!
 //! Every operation retries transient errors (a moving controller or leader,
 //! a coordinator still loading, lost connections) within
@@ -9,8 +10,8 @@ mod groups;
 mod offsets;
 mod topics;
 
-pub use configs::{ConfigEntry, ConfigResource, ConfigSource};
-pub use groups::{GroupDescription, GroupListing, MemberDescription};
+pub use configs::{ConfigChange, ConfigEntry, ConfigResource, ConfigSource};
+pub use groups::{CommittedOffset, GroupDescription, GroupListing, MemberDescription};
 pub use offsets::{ListedOffset, OffsetSpec};
 pub use topics::NewTopic;
 
