@@ -95,6 +95,11 @@ fn handle_message(state: &mut ClusterState, msg: Message) {
     match msg {
         Message::Connected { id, broker, close } => {
             trace!(connection = id, broker, "connected");
+            if !state.broker_alive(broker) {
+                // Accepted just before the broker was killed: dropping
+                // `close` closes it.
+                return;
+            }
             state.connections.insert(
                 id,
                 ConnectionEntry {
@@ -129,9 +134,13 @@ fn handle_request(
     reply: oneshot::Sender<Outcome>,
 ) {
     let client_id = request.header.client_id.as_ref().map(|c| c.to_string());
-    if let Some(conn) = state.connections.get_mut(&connection_id) {
-        conn.client_id.clone_from(&client_id);
-    }
+    let Some(conn) = state.connections.get_mut(&connection_id) else {
+        // The connection was closed (its broker killed) while this request
+        // was queued: a dead broker handles nothing.
+        let _ = reply.send(Outcome::Close);
+        return;
+    };
+    conn.client_id.clone_from(&client_id);
     let ctx = RequestContext {
         request_id: state.next_request_id(),
         connection_id,
