@@ -176,6 +176,18 @@ async fn metadata_auto_creates_when_allowed() {
         .unwrap();
     let mut c = client(&cluster, 0).await;
     let md = c.call(12, &metadata(&["auto"], true)).await;
+    let v0_all = c
+        .call(0, &MetadataRequest::default().with_topics(Some(vec![])))
+        .await;
+    assert_eq!(
+        v0_all.topics.len(),
+        1,
+        "in v0 an empty list means every topic"
+    );
+    let v1_none = c
+        .call(1, &MetadataRequest::default().with_topics(Some(vec![])))
+        .await;
+    assert!(v1_none.topics.is_empty());
     assert_eq!(
         (md.topics[0].error_code, md.topics[0].partitions.len()),
         (0, 4)

@@ -26,7 +26,12 @@ pub fn handle(
     // Before v4 there is no flag: the broker's setting alone decides.
     let may_create =
         state.config.auto_create_topics && (version < 4 || req.allow_auto_topic_creation);
-    let topics = match req.topics {
+    // In v0 an empty list means every topic (v1 introduced null for that).
+    let all = req
+        .topics
+        .as_ref()
+        .is_none_or(|t| version == 0 && t.is_empty());
+    let topics = match req.topics.filter(|_| !all) {
         None => state
             .topics
             .values()
