@@ -121,6 +121,10 @@ impl KeyValueStore {
     ///
     /// [`StoreError::UnknownStore`]; scanning errors are yielded by the iterator.
     pub fn range(&self, from: Bound<&[u8]>, to: Bound<&[u8]>) -> Result<MergedEntries> {
+        if range_is_empty(from, to) {
+            // BTreeMap::range panics on inverted bounds; an empty answer is right.
+            return Ok(MergedEntries::new(Vec::new(), None, Arc::clone(&self.path)));
+        }
         let from = from.map(<[u8]>::to_vec);
         let to = to.map(<[u8]>::to_vec);
         let state = self.task.state();
@@ -132,7 +136,7 @@ impl KeyValueStore {
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect();
         // Taken under the state lock so no commit slips between the two views.
-        let committed = self.keyspace.range::<Vec<u8>, _>((from, to));
+        let committed = Some(self.keyspace.range::<Vec<u8>, _>((from, to)));
         drop(state);
         Ok(MergedEntries::new(
             staged,
@@ -194,6 +198,15 @@ pub(crate) fn check_entry(store: &str, key: &[u8], value: Option<&[u8]>) -> Resu
             reason,
         }),
         None => Ok(()),
+    }
+}
+
+fn range_is_empty(from: Bound<&[u8]>, to: Bound<&[u8]>) -> bool {
+    match (from, to) {
+        (Bound::Included(a), Bound::Included(b)) => a > b,
+        (Bound::Included(a) | Bound::Excluded(a), Bound::Excluded(b))
+        | (Bound::Excluded(a), Bound::Included(b)) => a >= b,
+        _ => false,
     }
 }
 

@@ -15,7 +15,7 @@ pub(crate) type StagedEntry = (Vec<u8>, Option<Vec<u8>>);
 /// Staged entries win over committed ones with the same key; staged deletes hide them.
 pub struct MergedEntries {
     staged: Peekable<std::vec::IntoIter<StagedEntry>>,
-    committed: fjall::Iter,
+    committed: Option<fjall::Iter>,
     head: Option<(Vec<u8>, Vec<u8>)>,
     path: Arc<PathBuf>,
     failed: bool,
@@ -32,7 +32,7 @@ impl std::fmt::Debug for MergedEntries {
 impl MergedEntries {
     pub(crate) fn new(
         staged: Vec<StagedEntry>,
-        committed: fjall::Iter,
+        committed: Option<fjall::Iter>,
         path: Arc<PathBuf>,
     ) -> Self {
         Self {
@@ -54,7 +54,12 @@ impl Iterator for MergedEntries {
         }
         loop {
             if self.head.is_none() {
-                match self.committed.next().map(|g| g.into_inner()) {
+                match self
+                    .committed
+                    .as_mut()
+                    .and_then(Iterator::next)
+                    .map(|g| g.into_inner())
+                {
                     None => {}
                     Some(Ok((k, v))) => self.head = Some((k.to_vec(), v.to_vec())),
                     Some(Err(e)) => {

@@ -44,6 +44,10 @@ pub struct StoreOptions {
     pub restore_run_bytes: usize,
     /// fjall block cache size in bytes.
     pub cache_bytes: u64,
+    /// Memtable size of newly created keyspaces (fjall's default, 64 MiB, if
+    /// `None`). Smaller memtables flush sooner, which bounds the journal that
+    /// must be replayed when a task's store is reopened.
+    pub memtable_bytes: Option<u64>,
 }
 
 impl Default for StoreOptions {
@@ -53,6 +57,7 @@ impl Default for StoreOptions {
             restore_batch_bytes: 4 << 20,
             restore_run_bytes: 64 << 20,
             cache_bytes: 32 << 20,
+            memtable_bytes: None,
         }
     }
 }
@@ -69,6 +74,13 @@ impl StoreOptions {
     #[must_use]
     pub fn with_restore_batch_bytes(mut self, bytes: usize) -> Self {
         self.restore_batch_bytes = bytes.max(1);
+        self
+    }
+
+    /// Sets [`StoreOptions::memtable_bytes`].
+    #[must_use]
+    pub fn with_memtable_bytes(mut self, bytes: u64) -> Self {
+        self.memtable_bytes = Some(bytes.max(64 << 10));
         self
     }
 

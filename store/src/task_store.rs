@@ -122,7 +122,7 @@ impl TaskInner {
 
     pub(crate) fn keyspace(&self, name: &str) -> Result<Keyspace> {
         self.db
-            .keyspace(name, KeyspaceCreateOptions::default)
+            .keyspace(name, || keyspace_options(&self.options))
             .map_err(self.engine_err("opening a keyspace"))
     }
 
@@ -142,6 +142,14 @@ impl TaskInner {
             batch.remove(&self.meta, k.as_slice());
         }
         batch.commit().map_err(self.engine_err("writing metadata"))
+    }
+}
+
+fn keyspace_options(options: &StoreOptions) -> KeyspaceCreateOptions {
+    let create = KeyspaceCreateOptions::default();
+    match options.memtable_bytes {
+        Some(bytes) => create.max_memtable_size(bytes),
+        None => create,
     }
 }
 
@@ -225,7 +233,7 @@ impl TaskStore {
             }
         }
         let meta = db
-            .keyspace(META_KEYSPACE, KeyspaceCreateOptions::default)
+            .keyspace(META_KEYSPACE, || keyspace_options(&options))
             .map_err(|e| StoreError::engine(task_dir, "opening metadata", e))?;
 
         let inner = TaskInner {

@@ -303,14 +303,9 @@ impl WindowStore {
             .map(|((_, k), v)| (k.clone(), v.clone()))
             .collect();
         let committed = match (entry.segments.get(&segment), bounds) {
-            (Some(ks), Some((lo, hi))) => ks.range(lo..=hi),
-            (Some(ks), None) => ks.iter(),
-            // No committed segment: an empty range of the metadata keyspace
-            // (whose keys never start with 0xff) stands in for it.
-            (None, _) => self
-                .task
-                .meta
-                .range([0xffu8; 1].as_slice()..[0xffu8; 1].as_slice()),
+            (Some(ks), Some((lo, hi))) => Some(ks.range(lo..=hi)),
+            (Some(ks), None) => Some(ks.iter()),
+            (None, _) => None,
         };
         drop(state);
         Ok(MergedEntries::new(
