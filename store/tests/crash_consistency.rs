@@ -6,6 +6,9 @@
 //!
 //! `WEIR_CRASH_TRIALS` raises the number of kills (default 200).
 
+// Test helpers outside #[test] functions may unwrap too.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Write};
 use std::path::Path;

@@ -2,6 +2,9 @@
 //! aborts and reopens behaves like a BTreeMap model of "committed" plus
 //! "staged" state, for point reads, ranges, prefixes and full scans.
 
+// Test helpers outside #[test] functions may unwrap too.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
 use std::collections::BTreeMap;
 use std::ops::Bound;
 
