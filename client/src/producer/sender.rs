@@ -185,6 +185,12 @@ fn collect(
         state.book.on_sent(&tp, batch.sequence);
         entry.0 += batch.size;
         entry.1.push(batch);
+        // A request carries one batch per partition: if more wait behind
+        // this one, look again at once rather than after the next response,
+        // so up to max.in.flight requests per partition are out together.
+        if state.acc.front(&tp).is_some() {
+            next_check = Some(now);
+        }
     }
     let identity = state.identity;
     let generation = state.book.generation();
