@@ -125,7 +125,7 @@ async fn create_describe_grow_and_delete_topics() {
             ])),
     ]);
     let resp = c.call(4, &describe).await;
-    let got: Vec<(String, String, i8)> = resp.results[0]
+    let got: Vec<(String, String, i8, i8)> = resp.results[0]
         .configs
         .iter()
         .map(|c| {
@@ -133,14 +133,15 @@ async fn create_describe_grow_and_delete_topics() {
                 c.name.to_string(),
                 c.value.as_ref().unwrap().to_string(),
                 c.config_source,
+                c.config_type,
             )
         })
         .collect();
     assert_eq!(
         got,
         vec![
-            ("cleanup.policy".into(), "compact".into(), 1),
-            ("segment.bytes".into(), "1073741824".into(), 5)
+            ("cleanup.policy".into(), "compact".into(), 1, 7),
+            ("segment.bytes".into(), "1073741824".into(), 5, 3)
         ]
     );
 

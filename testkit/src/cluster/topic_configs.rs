@@ -4,39 +4,72 @@ use std::collections::BTreeMap;
 
 use weir_protocol::kafka_protocol::ResponseError;
 
-/// Kafka's topic-level configs with their broker defaults.
-pub const TOPIC_DEFAULTS: &[(&str, &str)] = &[
-    ("cleanup.policy", "delete"),
-    ("compression.type", "producer"),
-    ("delete.retention.ms", "86400000"),
-    ("file.delete.delay.ms", "60000"),
-    ("flush.messages", "9223372036854775807"),
-    ("flush.ms", "9223372036854775807"),
-    ("index.interval.bytes", "4096"),
-    ("max.compaction.lag.ms", "9223372036854775807"),
-    ("max.message.bytes", "1048588"),
-    ("message.timestamp.after.max.ms", "9223372036854775807"),
-    ("message.timestamp.before.max.ms", "9223372036854775807"),
-    ("message.timestamp.type", "CreateTime"),
-    ("min.cleanable.dirty.ratio", "0.5"),
-    ("min.compaction.lag.ms", "0"),
-    ("min.insync.replicas", "1"),
-    ("preallocate", "false"),
-    ("retention.bytes", "-1"),
-    ("retention.ms", "604800000"),
-    ("segment.bytes", "1073741824"),
-    ("segment.index.bytes", "10485760"),
-    ("segment.jitter.ms", "0"),
-    ("segment.ms", "604800000"),
-    ("unclean.leader.election.enable", "false"),
+/// The type of a config, as DescribeConfigs v3+ reports it (Kafka's `ConfigType`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ConfigType {
+    /// true or false.
+    Boolean = 1,
+    /// Free text.
+    String = 2,
+    /// 32-bit integer.
+    Int = 3,
+    /// 64-bit integer.
+    Long = 5,
+    /// Floating point.
+    Double = 6,
+    /// Comma-separated list.
+    List = 7,
+}
+
+/// Kafka's topic-level configs with their broker defaults and types.
+pub const TOPIC_DEFAULTS: &[(&str, &str, ConfigType)] = &[
+    ("cleanup.policy", "delete", ConfigType::List),
+    ("compression.type", "producer", ConfigType::String),
+    ("delete.retention.ms", "86400000", ConfigType::Long),
+    ("file.delete.delay.ms", "60000", ConfigType::Long),
+    ("flush.messages", "9223372036854775807", ConfigType::Long),
+    ("flush.ms", "9223372036854775807", ConfigType::Long),
+    ("index.interval.bytes", "4096", ConfigType::Int),
+    (
+        "max.compaction.lag.ms",
+        "9223372036854775807",
+        ConfigType::Long,
+    ),
+    ("max.message.bytes", "1048588", ConfigType::Int),
+    (
+        "message.timestamp.after.max.ms",
+        "9223372036854775807",
+        ConfigType::Long,
+    ),
+    (
+        "message.timestamp.before.max.ms",
+        "9223372036854775807",
+        ConfigType::Long,
+    ),
+    ("message.timestamp.type", "CreateTime", ConfigType::String),
+    ("min.cleanable.dirty.ratio", "0.5", ConfigType::Double),
+    ("min.compaction.lag.ms", "0", ConfigType::Long),
+    ("min.insync.replicas", "1", ConfigType::Int),
+    ("preallocate", "false", ConfigType::Boolean),
+    ("retention.bytes", "-1", ConfigType::Long),
+    ("retention.ms", "604800000", ConfigType::Long),
+    ("segment.bytes", "1073741824", ConfigType::Int),
+    ("segment.index.bytes", "10485760", ConfigType::Int),
+    ("segment.jitter.ms", "0", ConfigType::Long),
+    ("segment.ms", "604800000", ConfigType::Long),
+    (
+        "unclean.leader.election.enable",
+        "false",
+        ConfigType::Boolean,
+    ),
 ];
 
 /// The default of a topic config, if the key is known.
 pub fn default_of(key: &str) -> Option<&'static str> {
     TOPIC_DEFAULTS
         .iter()
-        .find(|(k, _)| *k == key)
-        .map(|(_, v)| *v)
+        .find(|(k, _, _)| *k == key)
+        .map(|(_, v, _)| *v)
 }
 
 /// Checks configs given at creation: known keys, sensible values, and

@@ -129,7 +129,7 @@ fn create_one(
 fn describe(overrides: &BTreeMap<String, String>) -> Vec<CreatableTopicConfigs> {
     TOPIC_DEFAULTS
         .iter()
-        .map(|(k, d)| {
+        .map(|(k, d, _)| {
             let (value, source) = match overrides.get(*k) {
                 Some(v) => (v.clone(), SOURCE_TOPIC),
                 None => ((*d).to_owned(), SOURCE_DEFAULT),

@@ -12,7 +12,7 @@ use weir_protocol::kafka_protocol::protocol::StrBytes;
 use super::create_topics::{SOURCE_DEFAULT, SOURCE_TOPIC};
 use super::{Reply, RequestContext};
 use crate::cluster::ClusterState;
-use crate::cluster::topic_configs::TOPIC_DEFAULTS;
+use crate::cluster::topic_configs::{ConfigType, TOPIC_DEFAULTS};
 
 /// Versions 1 to 4.
 pub const VERSIONS: (i16, i16) = (1, 4);
@@ -40,7 +40,7 @@ pub fn handle(
             let result = DescribeConfigsResult::default()
                 .with_resource_type(r.resource_type)
                 .with_resource_name(r.resource_name.clone());
-            let entries: Vec<(String, String, i8)> = match r.resource_type {
+            let entries: Vec<(String, String, i8, ConfigType)> = match r.resource_type {
                 RESOURCE_TOPIC => {
                     let Some(topic) = state.topics.get(r.resource_name.as_str()) else {
                         return result
@@ -49,9 +49,9 @@ pub fn handle(
                     };
                     TOPIC_DEFAULTS
                         .iter()
-                        .map(|(k, d)| match topic.configs.get(*k) {
-                            Some(v) => ((*k).to_owned(), v.clone(), SOURCE_TOPIC),
-                            None => ((*k).to_owned(), (*d).to_owned(), SOURCE_DEFAULT),
+                        .map(|(k, d, t)| match topic.configs.get(*k) {
+                            Some(v) => ((*k).to_owned(), v.clone(), SOURCE_TOPIC, *t),
+                            None => ((*k).to_owned(), (*d).to_owned(), SOURCE_DEFAULT, *t),
                         })
                         .collect()
                 }
@@ -69,10 +69,12 @@ pub fn handle(
                         (
                             "auto.create.topics.enable",
                             state.config.auto_create_topics.to_string(),
+                            ConfigType::Boolean,
                         ),
                         (
                             "num.partitions",
                             state.config.default_partitions.to_string(),
+                            ConfigType::Int,
                         ),
                         (
                             "group.initial.rebalance.delay.ms",
@@ -81,22 +83,24 @@ pub fn handle(
                                 .group_initial_rebalance_delay
                                 .as_millis()
                                 .to_string(),
+                            ConfigType::Int,
                         ),
                     ]
                     .into_iter()
-                    .map(|(k, v)| (k.to_owned(), v, SOURCE_STATIC_BROKER))
+                    .map(|(k, v, t)| (k.to_owned(), v, SOURCE_STATIC_BROKER, t))
                     .collect()
                 }
                 _ => return result.with_error_code(ResponseError::InvalidRequest.code()),
             };
             let configs = entries
                 .into_iter()
-                .filter(|(k, _, _)| wanted(k))
-                .map(|(k, v, source)| {
+                .filter(|(k, _, _, _)| wanted(k))
+                .map(|(k, v, source, config_type)| {
                     DescribeConfigsResourceResult::default()
                         .with_name(StrBytes::from_string(k))
                         .with_value(Some(StrBytes::from_string(v)))
                         .with_config_source(source)
+                        .with_config_type(config_type as i8)
                 })
                 .collect();
             result.with_configs(configs)
