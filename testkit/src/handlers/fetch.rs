@@ -4,7 +4,7 @@
 //!
 //! A fetch that cannot return `min_bytes` at once is parked with its
 //! resolved plan and answered as soon as enough data arrives (every append
-//! calls [`wake_waiting`]) or when its max wait fires, whichever is first.
+//! calls `wake_waiting`) or when its max wait fires, whichever is first.
 
 use indexmap::IndexMap;
 use tokio::time::{Duration, Instant};
