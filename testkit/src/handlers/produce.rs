@@ -204,6 +204,9 @@ fn produce_partition(
                 .with_log_append_time_ms(-1)
                 .with_log_start_offset(partition.log.log_start_offset())
         }
+        // Kafka answers a stale epoch on Produce with INVALID_PRODUCER_EPOCH
+        // at every version (KAFKA-10687); PRODUCER_FENCED is for the
+        // transaction coordinator's APIs.
         Err(AppendError::StaleEpoch) => error(
             index,
             ResponseError::InvalidProducerEpoch.code(),
