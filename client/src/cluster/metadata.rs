@@ -56,6 +56,8 @@ pub struct TopicMetadata {
     pub name: String,
     /// Whether this is an internal topic (`__consumer_offsets`, …).
     pub is_internal: bool,
+    /// The topic id (Metadata v10+); 0 when the broker does not send one.
+    pub topic_id: u128,
     /// The topic's error, if any (e.g. `UNKNOWN_TOPIC_OR_PARTITION`).
     pub error: Option<KafkaCode>,
     /// Partitions, sorted by index.
@@ -158,11 +160,31 @@ impl ClusterMetadata {
                 })
                 .collect();
             partitions.sort_by_key(|p| p.partition);
+            // KIP-320: a broker with stale metadata may answer with an older
+            // leader epoch; never let it move a partition back to an old leader.
+            // A topic deleted and created again starts its epochs afresh:
+            // compare only within the same topic id.
+            let topic_id = t.topic_id.as_u128();
+            if let Some(old) = self
+                .topics
+                .get(&name)
+                .filter(|old| old.topic_id == topic_id)
+            {
+                for p in &mut partitions {
+                    if let Some(known) = old.partition(p.partition)
+                        && p.leader_epoch >= 0
+                        && known.leader_epoch > p.leader_epoch
+                    {
+                        *p = known.clone();
+                    }
+                }
+            }
             topics.insert(
                 name.clone(),
                 TopicMetadata {
                     name,
                     is_internal: t.is_internal,
+                    topic_id,
                     error: error_of(t.error_code),
                     partitions,
                     fetched_at: now,
@@ -233,5 +255,23 @@ mod tests {
         );
         let m3 = m.merged(&second, true, now);
         assert!(m3.topic("b").is_none(), "full refresh drops missing topics");
+
+        // An answer with an older leader epoch does not move the leader back.
+        let newer = MetadataResponse::default().with_topics(vec![topic("c", &[2], 0)]);
+        let mut with_epoch = newer.clone();
+        with_epoch.topics[0].partitions[0].leader_epoch = 7;
+        let m4 = m.merged(&with_epoch, false, now);
+        let mut stale = newer;
+        stale.topics[0].partitions[0].leader_id = WireId(9);
+        stale.topics[0].partitions[0].leader_epoch = 6;
+        let m5 = m4.merged(&stale, false, now);
+        assert_eq!(m5.topic("c").unwrap().partition(0).unwrap().leader, 2);
+        stale.topics[0].partitions[0].leader_epoch = 8;
+        let m6 = m4.merged(&stale, false, now);
+        assert_eq!(
+            m6.topic("c").unwrap().partition(0).unwrap().leader,
+            9,
+            "a newer epoch wins"
+        );
     }
 }

@@ -1,6 +1,8 @@
 //! What happens on a new connection before it carries requests: ApiVersions,
 //! then SASL authentication (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512) if configured.
 
+use std::time::Duration;
+
 use weir_protocol::ApiKey;
 use weir_protocol::api::decode_response;
 use weir_protocol::kafka_protocol::messages::{
@@ -112,13 +114,14 @@ pub async fn negotiate_versions(messenger: &mut Messenger) -> Result<()> {
 }
 
 /// Authenticates with the configured mechanism: SaslHandshake v1, then one
-/// SaslAuthenticate (PLAIN) or two (SCRAM).
+/// SaslAuthenticate (PLAIN) or two (SCRAM). Returns the session lifetime the
+/// broker granted (KIP-368), if it set one.
 ///
 /// # Errors
 /// [`ClientError::Sasl`] when the broker refuses the mechanism or the
 /// credentials (or, for SCRAM, cannot prove it knows them), or connection
 /// errors.
-pub async fn authenticate(messenger: &Messenger, sasl: &SaslConfig) -> Result<()> {
+pub async fn authenticate(messenger: &Messenger, sasl: &SaslConfig) -> Result<Option<Duration>> {
     let mechanism = sasl.mechanism.name();
     let sasl_error = |message: String| ClientError::Sasl {
         broker: messenger.broker().to_owned(),
@@ -145,6 +148,7 @@ pub async fn authenticate(messenger: &Messenger, sasl: &SaslConfig) -> Result<()
             enabled.join(", ")
         )));
     }
+    let session;
     match sasl.mechanism {
         SaslMechanism::Plain => {
             let mut token = Vec::with_capacity(sasl.username.len() + sasl.password.len() + 2);
@@ -152,7 +156,8 @@ pub async fn authenticate(messenger: &Messenger, sasl: &SaslConfig) -> Result<()
             token.extend_from_slice(sasl.username.as_bytes());
             token.push(0);
             token.extend_from_slice(sasl.password.as_bytes());
-            exchange(messenger, token, &sasl_error).await?;
+            let (_, lifetime) = exchange(messenger, token, &sasl_error).await?;
+            session = lifetime;
         }
         SaslMechanism::ScramSha256 | SaslMechanism::ScramSha512 => {
             let m = if sasl.mechanism == SaslMechanism::ScramSha256 {
@@ -161,28 +166,31 @@ pub async fn authenticate(messenger: &Messenger, sasl: &SaslConfig) -> Result<()
                 ScramMechanism::Sha512
             };
             let client = ScramClient::new(m, &sasl.username, &sasl.password);
-            let server_first =
+            let (server_first, _) =
                 exchange(messenger, client.client_first().into_bytes(), &sasl_error).await?;
             let server_first = String::from_utf8(server_first)
                 .map_err(|_| sasl_error("server-first is not UTF-8".into()))?;
             let (client_final, awaiting) =
                 client.client_final(&server_first).map_err(&sasl_error)?;
-            let server_final = exchange(messenger, client_final.into_bytes(), &sasl_error).await?;
+            let (server_final, lifetime) =
+                exchange(messenger, client_final.into_bytes(), &sasl_error).await?;
+            session = lifetime;
             let server_final = String::from_utf8(server_final)
                 .map_err(|_| sasl_error("server-final is not UTF-8".into()))?;
             awaiting.verify(&server_final).map_err(&sasl_error)?;
         }
     }
-    tracing::debug!(broker = %messenger.broker(), user = %sasl.username, mechanism, "SASL authenticated");
-    Ok(())
+    tracing::debug!(broker = %messenger.broker(), user = %sasl.username, mechanism, ?session, "SASL authenticated");
+    Ok(session)
 }
 
-/// One SaslAuthenticate round trip: sends `token`, returns the server's bytes.
+/// One SaslAuthenticate round trip: sends `token`, returns the server's bytes
+/// and the session lifetime, if the broker set one.
 async fn exchange(
     messenger: &Messenger,
     token: Vec<u8>,
     sasl_error: &impl Fn(String) -> ClientError,
-) -> Result<Vec<u8>> {
+) -> Result<(Vec<u8>, Option<Duration>)> {
     let request = SaslAuthenticateRequest::default().with_auth_bytes(token.into());
     let response = messenger.request(&request).await?;
     if response.error_code != 0 {
@@ -196,5 +204,9 @@ async fn exchange(
             KafkaCode::from_code(response.error_code)
         )));
     }
-    Ok(response.auth_bytes.to_vec())
+    let lifetime = u64::try_from(response.session_lifetime_ms)
+        .ok()
+        .filter(|ms| *ms > 0)
+        .map(Duration::from_millis);
+    Ok((response.auth_bytes.to_vec(), lifetime))
 }

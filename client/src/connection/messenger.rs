@@ -181,6 +181,8 @@ pub struct Messenger {
     frames: mpsc::Sender<Bytes>,
     next_correlation_id: AtomicI32,
     versions: BrokerVersions,
+    /// When the SASL session ends; past it the connection is not reused.
+    expires_at: Option<tokio::time::Instant>,
     pub(super) options: MessengerOptions,
     tasks: [JoinHandle<()>; 2],
 }
@@ -239,6 +241,7 @@ impl Messenger {
             frames,
             next_correlation_id: AtomicI32::new(0),
             versions: BrokerVersions::default(),
+            expires_at: None,
             options,
             tasks: [reader, writer],
         }
@@ -279,9 +282,19 @@ impl Messenger {
         }
     }
 
-    /// Whether the connection can still carry requests.
+    /// Retires the connection at `deadline` (the end of its SASL session):
+    /// from then on [`is_usable`](Self::is_usable) is false.
+    pub fn set_expiry(&mut self, deadline: tokio::time::Instant) {
+        self.expires_at = Some(deadline);
+    }
+
+    /// Whether the connection can still carry new requests: not poisoned and
+    /// its SASL session not about to end.
     pub fn is_usable(&self) -> bool {
         self.poison_cause().is_none()
+            && self
+                .expires_at
+                .is_none_or(|t| tokio::time::Instant::now() < t)
     }
 
     /// Sends `req` at the negotiated version and waits for its response.

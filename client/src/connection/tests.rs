@@ -428,7 +428,7 @@ where
     };
     let ok = &auth.auth_bytes[..] == b"\0alice\0secret";
     let resp = if ok {
-        SaslAuthenticateResponse::default()
+        SaslAuthenticateResponse::default().with_session_lifetime_ms(60_000)
     } else {
         SaslAuthenticateResponse::default()
             .with_error_code(58)
@@ -458,7 +458,7 @@ async fn sasl_plain_sends_the_rfc4616_token_and_reports_refusal() {
         };
         let result = handshake::authenticate(&m, &creds).await;
         if ok {
-            result.unwrap();
+            assert_eq!(result.unwrap(), Some(Duration::from_secs(60)));
         } else {
             let err = result.unwrap_err();
             assert!(matches!(err, ClientError::Sasl { .. }), "{err}");
@@ -519,6 +519,7 @@ async fn tls_and_sasl_over_a_loopback_listener() {
         ..ConnectOptions::default()
     };
     let m = connect(&addr.to_string(), &options).await.unwrap();
+    assert!(m.is_usable(), "its 60 s SASL session has not ended");
     assert_eq!(
         cluster_id(&m.request(&MetadataRequest::default()).await.unwrap()),
         "over-tls"
@@ -546,6 +547,15 @@ async fn tls_and_sasl_over_a_loopback_listener() {
         "{err}"
     );
     server.await.unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_connection_past_its_sasl_session_is_not_reused() {
+    let (mut m, _server) = pair(12, options());
+    m.set_expiry(tokio::time::Instant::now() + Duration::from_secs(51));
+    assert!(m.is_usable());
+    tokio::time::sleep(Duration::from_secs(51)).await;
+    assert!(!m.is_usable());
 }
 
 #[test]
