@@ -84,13 +84,15 @@ async fn connect_inner(addr: &str, options: &ConnectOptions) -> Result<Messenger
         None => Messenger::start(tcp, addr, options.messenger.clone()),
     };
     handshake::negotiate_versions(&mut messenger).await?;
-    if let Some(sasl) = &options.sasl {
-        if let Some(lifetime) = handshake::authenticate(&messenger, sasl).await? {
-            // The broker closes the connection when the session ends
-            // (KIP-368). Rather than re-authenticate in place, retire the
-            // connection a little early; the pool then dials a fresh one.
-            messenger.set_expiry(tokio::time::Instant::now() + lifetime.mul_f64(0.85));
-        }
+    let session = match &options.sasl {
+        Some(sasl) => handshake::authenticate(&messenger, sasl).await?,
+        None => None,
+    };
+    if let Some(lifetime) = session {
+        // The broker closes the connection when the session ends (KIP-368).
+        // Rather than re-authenticate in place, retire the connection a
+        // little early; the pool then dials a fresh one.
+        messenger.set_expiry(tokio::time::Instant::now() + lifetime.mul_f64(0.85));
     }
     tracing::debug!(broker = addr, tls = options.tls.is_some(), "connected");
     Ok(messenger)
