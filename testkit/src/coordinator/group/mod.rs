@@ -23,6 +23,7 @@ mod commits;
 mod join;
 mod membership;
 pub mod offsets;
+mod rebalance;
 pub mod state;
 
 #[cfg(test)]
