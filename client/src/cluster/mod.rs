@@ -34,7 +34,6 @@ pub mod metadata;
 mod pool;
 pub mod retry;
 
-use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
 
@@ -484,70 +483,6 @@ impl Cluster {
     {
         let controller = self.controller().await?;
         self.request(controller, Lane::Metadata, req).await
-    }
-
-    /// Runs `op` until it succeeds, fails with a non-retriable error, or
-    /// `default.api.timeout.ms` has passed. Between attempts it waits with
-    /// exponential backoff and jitter, and marks the metadata stale when the
-    /// error suggests it (the next lookup in `op` then refreshes it).
-    ///
-    /// # Errors
-    /// The first non-retriable error, or [`ClientError::RetriesExhausted`].
-    pub async fn retry<T, F, Fut>(&self, what: &str, op: F) -> Result<T>
-    where
-        F: FnMut() -> Fut,
-        Fut: Future<Output = Result<T>>,
-    {
-        let config = &self.inner.config;
-        let backoff = Backoff::new(config.retry_backoff, config.retry_backoff_max);
-        self.retry_with(what, backoff, config.default_api_timeout, op)
-            .await
-    }
-
-    /// [`retry`](Self::retry) with an explicit backoff and time budget.
-    ///
-    /// # Errors
-    /// As [`retry`](Self::retry).
-    pub async fn retry_with<T, F, Fut>(
-        &self,
-        what: &str,
-        backoff: Backoff,
-        budget: std::time::Duration,
-        mut op: F,
-    ) -> Result<T>
-    where
-        F: FnMut() -> Fut,
-        Fut: Future<Output = Result<T>>,
-    {
-        let deadline = Instant::now() + budget;
-        let mut failures = 0u32;
-        loop {
-            let err = match op().await {
-                Ok(v) => return Ok(v),
-                Err(e) if !e.is_retriable() => return Err(e),
-                Err(e) => e,
-            };
-            failures += 1;
-            if err.needs_metadata_refresh() {
-                match &err {
-                    ClientError::Server { topic: Some(t), .. }
-                    | ClientError::NoLeader { topic: t, .. } => {
-                        self.invalidate_topic(t);
-                    }
-                    _ => self.invalidate(),
-                }
-            }
-            let delay = backoff.delay(failures);
-            if Instant::now() + delay >= deadline {
-                return Err(ClientError::RetriesExhausted {
-                    what: what.to_owned(),
-                    attempts: failures,
-                    last: Box::new(err),
-                });
-            }
-            tracing::debug!(what, attempt = failures, error = %err, ?delay, "retrying");
-            tokio::time::sleep(delay).await;
-        }
     }
 
     /// Closes every connection; later requests dial again.

@@ -2,10 +2,16 @@
 //! (`retry.backoff.ms` doubling up to `retry.backoff.max.ms`, ±20 %).
 //!
 //! The jitter keeps many clients that failed together from retrying together.
+//! [`Cluster::retry`] runs an operation under this policy.
 
+use std::future::Future;
 use std::time::Duration;
 
 use rand::Rng;
+use tokio::time::Instant;
+
+use super::Cluster;
+use crate::{ClientError, Result};
 
 /// The jitter as a fraction of the backoff, both ways.
 const JITTER: f64 = 0.2;
@@ -40,6 +46,72 @@ impl Backoff {
         let base = self.base_delay(failures);
         let factor = rand::rng().random_range(1.0 - JITTER..=1.0 + JITTER);
         base.mul_f64(factor).min(self.max)
+    }
+}
+
+impl Cluster {
+    /// Runs `op` until it succeeds, fails with a non-retriable error, or
+    /// `default.api.timeout.ms` has passed. Between attempts it waits with
+    /// exponential backoff and jitter, and marks the metadata stale when the
+    /// error suggests it (the next lookup in `op` then refreshes it).
+    ///
+    /// # Errors
+    /// The first non-retriable error, or [`ClientError::RetriesExhausted`].
+    pub async fn retry<T, F, Fut>(&self, what: &str, op: F) -> Result<T>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<T>>,
+    {
+        let config = &self.inner.config;
+        let backoff = Backoff::new(config.retry_backoff, config.retry_backoff_max);
+        self.retry_with(what, backoff, config.default_api_timeout, op)
+            .await
+    }
+
+    /// [`retry`](Self::retry) with an explicit backoff and time budget.
+    ///
+    /// # Errors
+    /// As [`retry`](Self::retry).
+    pub async fn retry_with<T, F, Fut>(
+        &self,
+        what: &str,
+        backoff: Backoff,
+        budget: std::time::Duration,
+        mut op: F,
+    ) -> Result<T>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<T>>,
+    {
+        let deadline = Instant::now() + budget;
+        let mut failures = 0u32;
+        loop {
+            let err = match op().await {
+                Ok(v) => return Ok(v),
+                Err(e) if !e.is_retriable() => return Err(e),
+                Err(e) => e,
+            };
+            failures += 1;
+            if err.needs_metadata_refresh() {
+                match &err {
+                    ClientError::Server { topic: Some(t), .. }
+                    | ClientError::NoLeader { topic: t, .. } => {
+                        self.invalidate_topic(t);
+                    }
+                    _ => self.invalidate(),
+                }
+            }
+            let delay = backoff.delay(failures);
+            if Instant::now() + delay >= deadline {
+                return Err(ClientError::RetriesExhausted {
+                    what: what.to_owned(),
+                    attempts: failures,
+                    last: Box::new(err),
+                });
+            }
+            tracing::debug!(what, attempt = failures, error = %err, ?delay, "retrying");
+            tokio::time::sleep(delay).await;
+        }
     }
 }
 
