@@ -73,21 +73,14 @@ pub enum StoreError {
     },
 
     /// A store was opened with key or value serdes other than the ones it was created with.
-    #[error(
-        "store {store:?} was created with serdes ({stored_key}, {stored_value}), \
-         opened with ({requested_key}, {requested_value})"
-    )]
+    #[error("store {store:?} was created with serdes {stored}, opened with {requested}")]
     SerdeMismatch {
         /// The store.
         store: String,
-        /// Key serde recorded in the store.
-        stored_key: String,
-        /// Value serde recorded in the store.
-        stored_value: String,
-        /// Key serde requested.
-        requested_key: String,
-        /// Value serde requested.
-        requested_value: String,
+        /// Key and value serde recorded in the store, as `(key, value)`.
+        stored: String,
+        /// Key and value serde requested, as `(key, value)`.
+        requested: String,
     },
 
     /// A store was opened as a different kind (key-value or window) or with

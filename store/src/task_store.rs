@@ -452,10 +452,8 @@ impl TaskStore {
                 Some((sk, sv)) => {
                     return Err(StoreError::SerdeMismatch {
                         store: name.to_owned(),
-                        stored_key: sk.clone(),
-                        stored_value: sv.clone(),
-                        requested_key: rk.to_owned(),
-                        requested_value: rv.to_owned(),
+                        stored: format!("({sk}, {sv})"),
+                        requested: format!("({rk}, {rv})"),
                     });
                 }
                 None => {

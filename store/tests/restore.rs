@@ -1,0 +1,248 @@
+//! Restore from changelog records: both write paths against a model, progress,
+//! bounded batches that each carry their offset, and interrupted bulk restores.
+
+// Test helpers outside #[test] functions may unwrap too.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use weir_store::{
+    ChangelogPartition, ChangelogRecord, CommittedOffset, RestorePath, StoreError, StoreOptions,
+    TaskStore, window_changelog_key,
+};
+
+type Record = (i64, Vec<u8>, Option<Vec<u8>>);
+
+/// A changelog in offset order with repeated keys and tombstones.
+fn changelog(n: i64, keys: u64, seed: u64) -> Vec<Record> {
+    let mut x = seed | 1;
+    (0..n)
+        .map(|offset| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let key = format!("key-{:05}", x % keys).into_bytes();
+            let value = (!x.is_multiple_of(7)).then(|| format!("v{offset}").into_bytes());
+            (offset, key, value)
+        })
+        .collect()
+}
+
+fn model(records: &[Record]) -> BTreeMap<Vec<u8>, Vec<u8>> {
+    let mut m = BTreeMap::new();
+    for (_, k, v) in records {
+        match v {
+            Some(v) => m.insert(k.clone(), v.clone()),
+            None => m.remove(k),
+        };
+    }
+    m
+}
+
+fn apply_in_chunks(restorer: &mut weir_store::ChangelogRestorer, records: &[Record]) {
+    for chunk in records.chunks(500) {
+        let batch: Vec<ChangelogRecord<'_>> = chunk
+            .iter()
+            .map(|(offset, k, v)| ChangelogRecord {
+                offset: *offset,
+                key: k,
+                value: v.as_deref(),
+            })
+            .collect();
+        restorer.apply(&batch).unwrap();
+    }
+}
+
+fn contents(task: &TaskStore, store: &str) -> BTreeMap<Vec<u8>, Vec<u8>> {
+    task.key_value_store(store)
+        .unwrap()
+        .iter()
+        .unwrap()
+        .map(Result::unwrap)
+        .collect()
+}
+
+fn small_options() -> StoreOptions {
+    // Tiny runs and batches so a few thousand records exercise many of each.
+    StoreOptions::default()
+        .with_restore_run_bytes(8 << 10)
+        .with_restore_batch_bytes(4 << 10)
+}
+
+#[test]
+fn empty_store_restores_through_sorted_runs_and_matches_the_changelog() {
+    let dir = common::tempdir();
+    let tp = ChangelogPartition::new("app-kv-changelog", 2);
+    let records = changelog(6_000, 1_500, 7);
+    {
+        let task = TaskStore::open(dir.path(), small_options()).unwrap();
+        task.key_value_store("kv").unwrap();
+        assert_eq!(task.committed_offset(&tp), CommittedOffset::Unknown);
+        let mut restorer = task.restorer("kv", tp.clone(), 6_000).unwrap();
+        assert_eq!(restorer.path(), RestorePath::SortedRuns);
+        apply_in_chunks(&mut restorer, &records[..3_000]);
+        let mid = restorer.progress();
+        assert_eq!(
+            (mid.records, mid.next_offset, mid.remaining()),
+            (3_000, Some(3_000), Some(3_000))
+        );
+        apply_in_chunks(&mut restorer, &records[3_000..]);
+        let done = restorer.finish().unwrap();
+        let bytes: usize = records
+            .iter()
+            .map(|(_, k, v)| k.len() + v.as_ref().map_or(0, Vec::len))
+            .sum();
+        assert_eq!(
+            (done.records, done.bytes, done.remaining()),
+            (6_000, bytes as u64, Some(0))
+        );
+        assert_eq!(task.committed_offset(&tp), CommittedOffset::Known(6_000));
+        assert_eq!(contents(&task, "kv"), model(&records));
+    }
+    let task = TaskStore::open(dir.path(), small_options()).unwrap();
+    assert_eq!(task.committed_offset(&tp), CommittedOffset::Known(6_000));
+    assert_eq!(contents(&task, "kv"), model(&records));
+}
+
+#[test]
+fn catch_up_into_a_non_empty_store_uses_atomic_batches_with_offsets() {
+    let dir = common::tempdir();
+    let tp = ChangelogPartition::new("app-kv-changelog", 0);
+    let records = changelog(5_000, 800, 11);
+    let task = TaskStore::open(dir.path(), small_options()).unwrap();
+    let kv = task.key_value_store("kv").unwrap();
+    // The first 1,000 records as normal processing, committed with their offset.
+    for (_, k, v) in &records[..1_000] {
+        match v {
+            Some(v) => kv.put(k, v).unwrap(),
+            None => kv.delete(k).unwrap(),
+        }
+    }
+    task.commit(&[(tp.clone(), 1_000)]).unwrap();
+    let mut restorer = task.restorer("kv", tp.clone(), 5_000).unwrap();
+    assert_eq!(restorer.path(), RestorePath::Batches);
+    apply_in_chunks(&mut restorer, &records[1_000..3_000]);
+    // Dropped without finish, like a crash: every batch carried its own offset,
+    // so what is there is exactly a prefix of the changelog.
+    drop(restorer);
+    drop(kv);
+    drop(task);
+    let task = TaskStore::open(dir.path(), small_options()).unwrap();
+    let CommittedOffset::Known(reached) = task.committed_offset(&tp) else {
+        panic!("offset lost")
+    };
+    assert!((1_000..=3_000).contains(&reached), "reached {reached}");
+    assert_eq!(contents(&task, "kv"), model(&records[..reached as usize]));
+    // Resume from there to the end.
+    let mut restorer = task.restorer("kv", tp.clone(), 5_000).unwrap();
+    apply_in_chunks(&mut restorer, &records[reached as usize..]);
+    restorer.finish().unwrap();
+    assert_eq!(task.committed_offset(&tp), CommittedOffset::Known(5_000));
+    assert_eq!(contents(&task, "kv"), model(&records));
+}
+
+#[test]
+fn an_interrupted_bulk_restore_is_discarded_at_open_and_reports_unknown() {
+    let dir = common::tempdir();
+    let tp = ChangelogPartition::new("app-kv-changelog", 0);
+    let records = changelog(4_000, 4_000, 3);
+    {
+        let task = TaskStore::open(dir.path(), small_options()).unwrap();
+        task.key_value_store("kv").unwrap();
+        let mut restorer = task.restorer("kv", tp.clone(), 4_000).unwrap();
+        apply_in_chunks(&mut restorer, &records);
+        // No finish: sorted runs were ingested, the offset never committed.
+    }
+    let task = TaskStore::open(dir.path(), small_options()).unwrap();
+    assert_eq!(task.committed_offset(&tp), CommittedOffset::Unknown);
+    assert!(contents(&task, "kv").is_empty(), "partial restore visible");
+    // And the store restores cleanly afterwards.
+    let mut restorer = task.restorer("kv", tp.clone(), 4_000).unwrap();
+    assert_eq!(restorer.path(), RestorePath::SortedRuns);
+    apply_in_chunks(&mut restorer, &records);
+    restorer.finish().unwrap();
+    assert_eq!(contents(&task, "kv"), model(&records));
+}
+
+#[test]
+fn window_stores_restore_from_windowed_changelog_keys_with_retention() {
+    let dir = common::tempdir();
+    let tp = ChangelogPartition::new("app-win-changelog", 0);
+    let task = TaskStore::open(dir.path(), small_options()).unwrap();
+    let win = task
+        .window_store("win", Duration::from_millis(100), Duration::from_millis(25))
+        .unwrap();
+    let records: Vec<Record> = (0..400)
+        .map(|i| {
+            (
+                i,
+                window_changelog_key(format!("k{}", i % 3).as_bytes(), i),
+                Some(vec![i as u8]),
+            )
+        })
+        .collect();
+    let mut restorer = task.restorer("win", tp.clone(), 400).unwrap();
+    assert_eq!(restorer.path(), RestorePath::Batches);
+    apply_in_chunks(&mut restorer, &records);
+    restorer.finish().unwrap();
+    assert_eq!(win.stream_time().unwrap(), Some(399));
+    let got: Vec<i64> = win
+        .fetch_all(i64::MIN, i64::MAX)
+        .unwrap()
+        .map(|e| e.unwrap().window_start)
+        .collect();
+    assert_eq!(got, (300..400).collect::<Vec<_>>());
+    drop(win);
+    drop(task);
+    let task = TaskStore::open(dir.path(), small_options()).unwrap();
+    let win = task
+        .window_store("win", Duration::from_millis(100), Duration::from_millis(25))
+        .unwrap();
+    assert_eq!(win.fetch(b"k1", 300, 310).unwrap().len(), 4);
+    assert_eq!(task.committed_offset(&tp), CommittedOffset::Known(400));
+}
+
+#[test]
+fn restore_refuses_staged_writes_and_bad_records() {
+    let dir = common::tempdir();
+    let tp = ChangelogPartition::new("c", 0);
+    let task = TaskStore::open(dir.path(), small_options()).unwrap();
+    let kv = task.key_value_store("kv").unwrap();
+    kv.put(b"staged", b"x").unwrap();
+    let err = task.restorer("kv", tp.clone(), 10).unwrap_err();
+    assert!(matches!(err, StoreError::StagedWritesPending(_)), "{err}");
+    task.abort();
+    let mut restorer = task.restorer("kv", tp, 10).unwrap();
+    let err = restorer
+        .apply(&[ChangelogRecord {
+            offset: 4,
+            key: b"",
+            value: Some(b"v"),
+        }])
+        .unwrap_err();
+    assert!(
+        matches!(err, StoreError::BadChangelogRecord { offset: 4, .. }),
+        "{err}"
+    );
+    let win = task
+        .window_store("w", Duration::from_secs(1), Duration::from_secs(1))
+        .unwrap();
+    drop(win);
+    let mut restorer = task
+        .restorer("w", ChangelogPartition::new("w", 0), 1)
+        .unwrap();
+    let err = restorer
+        .apply(&[ChangelogRecord {
+            offset: 0,
+            key: b"short",
+            value: None,
+        }])
+        .unwrap_err();
+    assert!(
+        matches!(err, StoreError::BadChangelogRecord { .. }),
+        "{err}"
+    );
+}
