@@ -485,6 +485,15 @@ impl Cluster {
         self.request(controller, Lane::Metadata, req).await
     }
 
+    /// Poisons the connection to `broker` on `lane` with `cause` and drops
+    /// it: for bytes found bad after a response decoded, such as a corrupt
+    /// record batch in a Fetch response. Requests still in flight on it fail
+    /// with [`ClientError::Poisoned`]; the next request dials afresh.
+    pub async fn poison_connection(&self, broker: BrokerId, lane: Lane, cause: ClientError) {
+        tracing::warn!(broker, ?lane, error = %cause, "poisoning connection");
+        self.inner.pool.poison(broker, lane, cause).await;
+    }
+
     /// Closes every connection; later requests dial again.
     pub fn close_connections(&self) {
         self.inner.pool.clear();

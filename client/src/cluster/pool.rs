@@ -11,8 +11,8 @@ use std::sync::{Arc, Mutex};
 use tokio::sync::Mutex as AsyncMutex;
 
 use super::{BrokerId, Lane};
-use crate::Result;
 use crate::connection::{ConnectOptions, Messenger, Throttle, connect};
+use crate::{ClientError, Result};
 
 #[derive(Default)]
 struct Slot {
@@ -106,6 +106,15 @@ impl Pool {
         ids.sort_unstable();
         ids.dedup();
         ids
+    }
+
+    /// Poisons the open connection of (broker, lane), if any, and drops it.
+    pub(crate) async fn poison(&self, broker: BrokerId, lane: Lane, cause: ClientError) {
+        let slot = self.slot(broker, lane);
+        let mut slot = slot.lock().await;
+        if let Some(m) = slot.messenger.take() {
+            m.poison(cause);
+        }
     }
 
     /// Closes the connections to bootstrap addresses (negative ids).

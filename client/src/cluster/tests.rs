@@ -338,3 +338,41 @@ async fn a_throttled_lane_waits_but_other_lanes_do_not() {
         "the next fetch waited out the throttle"
     );
 }
+
+#[tokio::test]
+async fn a_poisoned_connection_fails_in_flight_requests_and_is_replaced() {
+    let (open, gate) = watch::channel(false);
+    let (addr, accepted) = broker_with(move |port, req| match &req.body {
+        RequestKind::Fetch(_) => Some(Reply {
+            body: ResponseKind::Fetch(FetchResponse::default()),
+            hold: Some(gate.clone()),
+        }),
+        _ => Reply::now(metadata(port, None)),
+    })
+    .await;
+    let cluster = Cluster::connect(config(&[addr])).await.unwrap();
+    let held = {
+        let cluster = cluster.clone();
+        tokio::spawn(async move {
+            cluster
+                .request(1, Lane::Fetch, &FetchRequest::default())
+                .await
+        })
+    };
+    while accepted.load(Ordering::SeqCst) < 2 {
+        tokio::task::yield_now().await;
+    }
+    // Sent or about to be sent on this connection: either way it fails.
+    let conn = cluster.connection(1, Lane::Fetch).await.unwrap();
+    cluster
+        .poison_connection(1, Lane::Fetch, ClientError::Closed)
+        .await;
+    assert!(!conn.is_usable());
+    let err = held.await.unwrap().unwrap_err();
+    assert!(matches!(err, ClientError::Poisoned { .. }), "{err}");
+    drop(open);
+    let before = accepted.load(Ordering::SeqCst);
+    let fresh = cluster.connection(1, Lane::Fetch).await.unwrap();
+    assert!(fresh.is_usable());
+    assert_eq!(accepted.load(Ordering::SeqCst), before + 1);
+}

@@ -288,6 +288,14 @@ impl Messenger {
         self.expires_at = Some(deadline);
     }
 
+    /// Poisons the connection from outside: for bad bytes found after the
+    /// response was decoded (a corrupt record batch inside a Fetch response,
+    /// say). Every pending and future request fails with `cause`; the first
+    /// poison wins and is returned.
+    pub fn poison(&self, cause: ClientError) -> Arc<ClientError> {
+        self.shared.poison(cause)
+    }
+
     /// Whether the connection can still carry new requests: not poisoned and
     /// its SASL session not about to end.
     pub fn is_usable(&self) -> bool {
