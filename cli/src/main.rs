@@ -1,2 +1,56 @@
-//! `weir`: a kcat-like command-line tool.
-fn main() {}
+//! `weir`: a kcat-like command-line tool over weir-client.
+//!
+//! Every command exits 0 on success. Otherwise it prints one line,
+//! `weir: error: …`, and exits non-zero: 2 for bad arguments (clap's own
+//! convention), 1 for everything else (an unreachable broker, an unknown topic).
+
+mod args;
+mod connect;
+mod consume;
+mod format;
+mod offsets;
+mod produce;
+mod topics;
+
+use std::process::ExitCode;
+
+use clap::Parser;
+
+use crate::args::{Cli, Command};
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("WEIR_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let result = match cli.command {
+        command => run_async(command),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(message) => {
+            eprintln!("weir: error: {}", message.replace('\n', " "));
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run_async(command: Command) -> Result<(), String> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(|e| format!("starting the async runtime: {e}"))?;
+    runtime.block_on(async move {
+        match command {
+            Command::Produce(args) => produce::run(args).await,
+            Command::Consume(args) => consume::run(args).await,
+            Command::Topics { command } => topics::run(command).await,
+            Command::Offsets(args) => offsets::run(args).await,
+        }
+    })
+}

@@ -1,0 +1,80 @@
+//! `weir produce`: one record per line of stdin.
+
+use std::io::BufRead;
+
+use weir_client::config::producer::ProducerConfig;
+use weir_client::producer::{Producer, ProducerRecord};
+
+use crate::args::{Codec, ProduceArgs};
+use crate::connect::{admin, as_pairs, topic};
+
+fn codec_name(codec: Codec) -> &'static str {
+    match codec {
+        Codec::None => "none",
+        Codec::Gzip => "gzip",
+        Codec::Snappy => "snappy",
+        Codec::Lz4 => "lz4",
+        Codec::Zstd => "zstd",
+    }
+}
+
+/// Splits a line into key and value at the first `sep`; no `sep`: a null key.
+fn split_line<'a>(line: &'a str, sep: Option<&str>) -> (Option<&'a str>, &'a str) {
+    match sep.and_then(|s| line.split_once(s)) {
+        Some((k, v)) => (Some(k), v),
+        None => (None, line),
+    }
+}
+
+/// Runs the command.
+pub async fn run(args: ProduceArgs) -> Result<(), String> {
+    // Fail fast with a clear message on an unreachable broker or unknown topic,
+    // rather than after the producer's delivery timeout.
+    let admin = admin(&args.connect).await?;
+    let meta = topic(&admin, &args.topic).await?;
+    if let Some(p) = args.partition {
+        if meta.partition(p).is_none() {
+            return Err(format!("topic {} has no partition {p}", args.topic));
+        }
+    }
+    let mut props = args.connect.properties()?;
+    props.push(("compression.type".into(), codec_name(args.codec).into()));
+    let config = ProducerConfig::from_properties(&as_pairs(&props)).map_err(|e| e.to_string())?;
+    let producer = Producer::new(config).await.map_err(|e| e.to_string())?;
+
+    let mut deliveries = Vec::new();
+    let stdin = std::io::stdin();
+    for line in stdin.lock().lines() {
+        let line = line.map_err(|e| format!("reading stdin: {e}"))?;
+        let (key, value) = split_line(&line, args.key_delimiter.as_deref());
+        let mut record = ProducerRecord::new(args.topic.clone()).with_value(value.to_owned());
+        if let Some(k) = key {
+            record = record.with_key(k.to_owned());
+        }
+        if let Some(p) = args.partition {
+            record = record.with_partition(p);
+        }
+        let delivery = producer.enqueue(record).await.map_err(|e| e.to_string())?;
+        deliveries.push(delivery);
+    }
+    producer.flush().await;
+    let count = deliveries.len();
+    for delivery in deliveries {
+        delivery.await.map_err(|e| e.to_string())?;
+    }
+    producer.close().await;
+    tracing::info!(count, topic = %args.topic, "produced");
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::split_line;
+
+    #[test]
+    fn splits_at_the_first_separator_only() {
+        assert_eq!(split_line("a:b:c", Some(":")), (Some("a"), "b:c"));
+        assert_eq!(split_line("abc", Some(":")), (None, "abc"));
+        assert_eq!(split_line("a:b", None), (None, "a:b"));
+    }
+}
