@@ -85,10 +85,10 @@ pub async fn run(args: ConsumeArgs) -> Result<(), String> {
                 .write(&mut out, &record)
                 .map_err(|e| format!("writing stdout: {e}"))?;
             printed += 1;
-            if let Some(end) = remaining.get(&record.partition) {
-                if record.offset + 1 >= *end {
-                    remaining.remove(&record.partition);
-                }
+            if let Some(end) = remaining.get(&record.partition)
+                && record.offset + 1 >= *end
+            {
+                remaining.remove(&record.partition);
             }
         }
         out.flush().map_err(|e| format!("writing stdout: {e}"))?;

@@ -32,10 +32,10 @@ pub async fn run(args: ProduceArgs) -> Result<(), String> {
     // rather than after the producer's delivery timeout.
     let admin = admin(&args.connect).await?;
     let meta = topic(&admin, &args.topic).await?;
-    if let Some(p) = args.partition {
-        if meta.partition(p).is_none() {
-            return Err(format!("topic {} has no partition {p}", args.topic));
-        }
+    if let Some(p) = args.partition
+        && meta.partition(p).is_none()
+    {
+        return Err(format!("topic {} has no partition {p}", args.topic));
     }
     let mut props = args.connect.properties()?;
     props.push(("compression.type".into(), codec_name(args.codec).into()));
