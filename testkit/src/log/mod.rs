@@ -261,17 +261,6 @@ impl PartitionLog {
         }
     }
 
-    /// Bytes a read from `from` below `upper` could return, for min-bytes checks.
-    pub fn bytes_available(&self, from: i64, upper: i64) -> usize {
-        self.batches
-            .get(self.batch_index_at(from)..)
-            .unwrap_or_default()
-            .iter()
-            .take_while(|b| b.header.next_offset() <= upper)
-            .map(|b| b.bytes.len())
-            .sum()
-    }
-
     /// Aborted transactions overlapping `[from, to)`, for a read_committed Fetch.
     pub fn aborted_between(&self, from: i64, to: i64) -> Vec<AbortedTxn> {
         self.txns.aborted_overlapping(from, to)
