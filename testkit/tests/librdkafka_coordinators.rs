@@ -162,4 +162,8 @@ fn a_static_cooperative_group_of_three_restarts_a_member_without_a_rebalance() {
         assert_eq!(out[check], true, "{check}: {out}");
     }
     assert_eq!(out["survivors_revoked"], serde_json::json!([0, 0]), "{out}");
+    // A fourth member joins: each of the two gives up exactly one partition.
+    assert_eq!(out["after_join_settled"], true, "{out}");
+    assert_eq!(out["join_kept_the_rest"], true, "{out}");
+    assert_eq!(out["join_revoked"], serde_json::json!([1, 1]), "{out}");
 }

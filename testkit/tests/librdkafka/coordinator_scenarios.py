@@ -8,7 +8,7 @@ cannot express. Each prints one JSON object on stdout; the Rust test
   group  BOOTSTRAP TOPIC  a group of 3 static members with cooperative-sticky:
                           forms, survives a static restart without a
                           rebalance, and rebalances incrementally when a
-                          member leaves for good
+                          member leaves for good and when a new one joins
 """
 
 import json
@@ -181,6 +181,18 @@ def group(bootstrap, topic, partitions=6):
     out["survivors_kept_theirs"] = all(
         owned_before[i] <= members[i].assigned for i in range(len(members)))
     out["survivors_revoked"] = [m.revoked + m.lost - r for m, r in zip(members, revoked_before)]
+
+    # A new member joins: cooperative-sticky moves one partition from each
+    # survivor to it over two rebalances (revoke, then assign), and nothing
+    # else moves.
+    revoked_before = [m.revoked + m.lost for m in members]
+    owned_before = [set(m.assigned) for m in members]
+    members.append(Member(bootstrap, topic, "instance-new"))
+    out["after_join_settled"] = settle(members, partitions, 2, 40)
+    out["after_join"] = [m.snapshot() for m in members]
+    out["join_revoked"] = [m.revoked + m.lost - r for m, r in zip(members, revoked_before)]
+    out["join_kept_the_rest"] = all(
+        members[i].assigned <= owned_before[i] for i in range(len(owned_before)))
     for m in members:
         m.consumer.close()
     return out
