@@ -376,3 +376,25 @@ async fn a_poisoned_connection_fails_in_flight_requests_and_is_replaced() {
     assert!(fresh.is_usable());
     assert_eq!(accepted.load(Ordering::SeqCst), before + 1);
 }
+
+#[tokio::test]
+async fn metadata_falls_back_to_the_bootstrap_list_when_known_brokers_are_gone() {
+    let dead = dead_address().await;
+    let dead_port: u16 = dead.rsplit(':').next().unwrap().parse().unwrap();
+    // The broker advertises a node that is not there.
+    let (addr, _) = broker_with(move |_, _| Reply::now(metadata(dead_port, None))).await;
+    let cluster = Cluster::connect(config(std::slice::from_ref(&addr)))
+        .await
+        .unwrap();
+    assert_eq!(cluster.broker_address(1).unwrap(), dead);
+    let md = cluster.refresh_metadata(&[]).await.unwrap();
+    assert_eq!(
+        md.controller_id, 1,
+        "answered through the bootstrap address"
+    );
+    let err = cluster
+        .request(1, Lane::Metadata, &MetadataRequest::default())
+        .await
+        .unwrap_err();
+    assert!(err.is_network() && err.is_retriable(), "{err}");
+}
