@@ -528,6 +528,35 @@ mod tests {
     }
 
     #[test]
+    fn ssl_ca_location_is_read_when_connecting() {
+        let cert = rcgen::generate_simple_self_signed(vec!["localhost".to_owned()]).unwrap();
+        let path = std::env::temp_dir().join(format!(
+            "weir-ca-{}-{}.pem",
+            std::process::id(),
+            rand::random::<u64>()
+        ));
+        std::fs::write(&path, cert.cert.pem()).unwrap();
+        let config = |ca: &str| {
+            ClientConfig::from_properties(&[
+                ("bootstrap.servers", "a:1"),
+                ("security.protocol", "SSL"),
+                ("ssl.ca.location", ca),
+            ])
+            .unwrap()
+        };
+        let opts = config(path.to_str().unwrap()).connect_options().unwrap();
+        assert!(opts.tls.is_some() && opts.sasl.is_none());
+        std::fs::remove_file(&path).unwrap();
+        let err = config(path.to_str().unwrap())
+            .connect_options()
+            .unwrap_err();
+        assert!(
+            matches!(err, ClientError::Tls(ref m) if m.contains("weir-ca-")),
+            "{err}"
+        );
+    }
+
+    #[test]
     fn bad_properties_name_key_and_accepted_values() {
         let e = ClientConfig::from_properties(&[("bootstrap.servers", "a:1"), ("linger", "5")])
             .unwrap_err();
