@@ -26,6 +26,8 @@ pub enum Command {
     },
     /// Print the earliest and latest offset of each partition of a topic.
     Offsets(OffsetsArgs),
+    /// Run a stateful word count on an embedded cluster (no setup needed).
+    Demo(crate::demo::DemoArgs),
 }
 
 /// Where the cluster is, and extra client properties.

@@ -7,6 +7,7 @@
 mod args;
 mod connect;
 mod consume;
+mod demo;
 mod format;
 mod offsets;
 mod produce;
@@ -27,9 +28,7 @@ fn main() -> ExitCode {
         )
         .with_writer(std::io::stderr)
         .init();
-    let result = match cli.command {
-        command => run_async(command),
-    };
+    let result = run_async(cli.command);
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(message) => {
@@ -51,6 +50,7 @@ fn run_async(command: Command) -> Result<(), String> {
             Command::Consume(args) => consume::run(args).await,
             Command::Topics { command } => topics::run(command).await,
             Command::Offsets(args) => offsets::run(args).await,
+            Command::Demo(args) => demo::run(args).await,
         }
     })
 }
