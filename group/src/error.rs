@@ -71,4 +71,45 @@ pub enum GroupError {
     /// An assignor was given a configuration it cannot work with.
     #[error("invalid assignor configuration: {0}")]
     InvalidConfig(String),
+    /// A request to the cluster failed (connection, timeout, or a server
+    /// error outside the group protocol), with what was being done.
+    #[error("{context}: {message}")]
+    Client {
+        /// What the member was doing, e.g. `OffsetCommit for group g`.
+        context: String,
+        /// The client error, rendered.
+        message: String,
+        /// The Kafka error code, for server errors.
+        code: Option<i16>,
+        /// Whether trying again may help.
+        retriable: bool,
+    },
+    /// The group coordinator answered a group request with an error code.
+    #[error("{api} for group {group}: {name} ({code})")]
+    Coordinator {
+        /// The API, e.g. `OffsetCommit`.
+        api: &'static str,
+        /// The group.
+        group: String,
+        /// The Kafka error code.
+        code: i16,
+        /// Kafka's name for the code.
+        name: &'static str,
+    },
+    /// Another member joined with this member's `group.instance.id`
+    /// (FENCED_INSTANCE_ID): this member must stop for good.
+    #[error("group {group}: group.instance.id {instance_id} was taken over by another member")]
+    FencedInstance {
+        /// The group.
+        group: String,
+        /// The instance id.
+        instance_id: String,
+    },
+    /// The membership has ended (closed, fenced or failed) and cannot serve
+    /// the request.
+    #[error("group {group}: the member has stopped")]
+    MemberStopped {
+        /// The group.
+        group: String,
+    },
 }

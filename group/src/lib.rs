@@ -35,6 +35,8 @@
 pub mod assignor;
 pub mod consumer_protocol;
 mod error;
+pub mod member;
+pub mod offsets;
 pub mod task_assignor;
 
 pub use error::{GroupError, Result};

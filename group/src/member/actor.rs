@@ -1,0 +1,502 @@
+//! The membership task: join, sync, react to the coordinator, hand out
+//! assignment events.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::{mpsc, oneshot};
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+use weir_client::cluster::{BrokerId, CoordinatorKind};
+use weir_client::kerror::{KafkaCode, codes};
+use weir_client::{ClientError, Cluster};
+
+use super::config::MemberConfig;
+use super::heartbeat::{Heartbeat, Outcome, OutcomeKind};
+use super::requests::{self, JoinParams, SyncParams, client_error};
+use super::state::Shared;
+use super::{AssignmentEvent, Command, Revocation, ShutdownMode};
+use crate::assignor::{RebalanceProtocol, TopicPartition, cooperative_sticky_user_data};
+use crate::consumer_protocol::{
+    Assignment, CONSUMER_PROTOCOL_MAX_VERSION, NO_GENERATION, Subscription, TopicPartitions,
+};
+use crate::{GroupError, Result};
+
+/// What to do next.
+enum Flow {
+    /// The member is in a generation; heartbeats run.
+    Stable,
+    /// Join again, after `Duration` (zero: at once).
+    Rejoin(Duration),
+    /// Stop for good with this error.
+    Fatal(GroupError),
+    /// The application asked to close.
+    Close(ShutdownMode, oneshot::Sender<()>),
+}
+
+pub(crate) struct Membership {
+    cluster: Cluster,
+    config: MemberConfig,
+    shared: Arc<Shared>,
+    events: mpsc::Sender<Result<AssignmentEvent>>,
+    outcomes_tx: mpsc::UnboundedSender<Outcome>,
+    outcomes: mpsc::UnboundedReceiver<Outcome>,
+    heartbeat: Option<JoinHandle<()>>,
+    backoff: Duration,
+}
+
+impl Membership {
+    pub(crate) fn new(
+        cluster: Cluster,
+        config: MemberConfig,
+        shared: Arc<Shared>,
+        events: mpsc::Sender<Result<AssignmentEvent>>,
+    ) -> Self {
+        let (outcomes_tx, outcomes) = mpsc::unbounded_channel();
+        let backoff = cluster
+            .config()
+            .retry_backoff
+            .max(Duration::from_millis(10));
+        Self {
+            cluster,
+            config,
+            shared,
+            events,
+            outcomes_tx,
+            outcomes,
+            heartbeat: None,
+            backoff,
+        }
+    }
+
+    pub(crate) async fn run(mut self, mut commands: mpsc::UnboundedReceiver<Command>) {
+        let mut flow = Flow::Rejoin(Duration::ZERO);
+        loop {
+            flow = match flow {
+                Flow::Rejoin(delay) => {
+                    let deadline = Instant::now() + delay;
+                    let join = async {
+                        tokio::time::sleep_until(deadline).await;
+                        self.join_and_sync().await
+                    };
+                    tokio::pin!(join);
+                    loop {
+                        tokio::select! {
+                            f = &mut join => break f,
+                            c = commands.recv() => match c {
+                                Some(Command::Close { mode, done }) => break Flow::Close(mode, done),
+                                // A commit's error from the generation being
+                                // replaced: stale, the join goes on.
+                                Some(Command::GroupError { .. }) => {}
+                                None => break Flow::Close(ShutdownMode::Default, oneshot::channel().0),
+                            },
+                        }
+                    }
+                }
+                Flow::Stable => self.stable(&mut commands).await,
+                Flow::Fatal(error) => {
+                    tracing::error!(group = %self.config.group_id, %error, "membership failed");
+                    self.stop_heartbeat();
+                    self.lose_all("fatal error").await;
+                    let _ = self.events.send(Err(error)).await;
+                    return;
+                }
+                Flow::Close(mode, done) => {
+                    self.close(mode).await;
+                    let _ = done.send(());
+                    return;
+                }
+            }
+        }
+    }
+
+    fn stop_heartbeat(&mut self) {
+        if let Some(h) = self.heartbeat.take() {
+            h.abort();
+        }
+    }
+
+    async fn emit(&self, event: AssignmentEvent) {
+        // Fails only once the application dropped the member.
+        let _ = self.events.send(Ok(event)).await;
+    }
+
+    /// Gives up every partition without a revoke. The lease ends before
+    /// the event is even queued, so writers stop at once.
+    async fn lose_all(&self, why: &str) {
+        let owned = {
+            let mut id = self.shared.lock();
+            id.lease_until = None;
+            std::mem::take(&mut id.owned)
+        };
+        if !owned.is_empty() {
+            tracing::warn!(group = %self.config.group_id, partitions = owned.len(), why, "partitions lost");
+            self.emit(AssignmentEvent::Lost(owned.into_iter().collect()))
+                .await;
+        }
+    }
+
+    /// Revokes `partitions` and waits for the owner's ack.
+    async fn revoke(&self, partitions: BTreeSet<TopicPartition>) {
+        if partitions.is_empty() {
+            return;
+        }
+        tracing::info!(group = %self.config.group_id, partitions = partitions.len(), "revoking");
+        let (ack, acked) = oneshot::channel();
+        self.emit(AssignmentEvent::Revoked(Revocation {
+            partitions: partitions.iter().cloned().collect(),
+            ack,
+        }))
+        .await;
+        // A dropped revocation counts as acknowledged.
+        let _ = acked.await;
+        let mut id = self.shared.lock();
+        id.owned.retain(|tp| !partitions.contains(tp));
+    }
+
+    /// The reaction to a group error code (NOTES.md §3).
+    async fn on_code(&mut self, code: i16) -> Flow {
+        let group = self.config.group_id.clone();
+        match code {
+            codes::UNKNOWN_MEMBER_ID => {
+                {
+                    let mut id = self.shared.lock();
+                    id.member_id.clear();
+                    id.generation = NO_GENERATION;
+                }
+                self.lose_all("UNKNOWN_MEMBER_ID").await;
+                Flow::Rejoin(Duration::ZERO)
+            }
+            codes::ILLEGAL_GENERATION => {
+                self.shared.lock().generation = NO_GENERATION;
+                self.lose_all("ILLEGAL_GENERATION").await;
+                Flow::Rejoin(Duration::ZERO)
+            }
+            codes::REBALANCE_IN_PROGRESS => Flow::Rejoin(Duration::ZERO),
+            codes::FENCED_INSTANCE_ID => Flow::Fatal(GroupError::FencedInstance {
+                group,
+                instance_id: self.config.instance_id.clone().unwrap_or_default(),
+            }),
+            codes::NOT_COORDINATOR | codes::COORDINATOR_NOT_AVAILABLE => {
+                self.cluster
+                    .invalidate_coordinator(CoordinatorKind::Group, &group);
+                Flow::Rejoin(self.backoff)
+            }
+            codes::COORDINATOR_LOAD_IN_PROGRESS => Flow::Rejoin(self.backoff),
+            other => Flow::Fatal(GroupError::Coordinator {
+                api: "group membership",
+                group,
+                code: other,
+                name: KafkaCode::from_code(other).name,
+            }),
+        }
+    }
+
+    /// A lost connection or timeout: find the coordinator again and retry.
+    fn on_client_error(&self, what: &str, e: &ClientError) -> Flow {
+        tracing::info!(group = %self.config.group_id, what, error = %e, "group request failed");
+        if e.is_network() || e.is_retriable() {
+            self.cluster
+                .invalidate_coordinator(CoordinatorKind::Group, &self.config.group_id);
+            Flow::Rejoin(self.backoff)
+        } else {
+            Flow::Fatal(client_error(
+                format!("{what} for group {}", self.config.group_id),
+                e,
+            ))
+        }
+    }
+
+    async fn coordinator(&self) -> std::result::Result<BrokerId, Flow> {
+        self.cluster
+            .find_coordinator(CoordinatorKind::Group, &self.config.group_id)
+            .await
+            .map_err(|e| self.on_client_error("FindCoordinator", &e))
+    }
+
+    fn subscriptions(&self) -> Result<Vec<(&'static str, bytes::Bytes)>> {
+        let (owned, generation) = {
+            let id = self.shared.lock();
+            (id.owned.clone(), id.generation)
+        };
+        let mut owned_wire: Vec<TopicPartitions> = Vec::new();
+        for tp in &owned {
+            match owned_wire.last_mut() {
+                Some(last) if last.topic == tp.topic => last.partitions.push(tp.partition),
+                _ => owned_wire.push(TopicPartitions {
+                    topic: tp.topic.clone(),
+                    partitions: vec![tp.partition],
+                }),
+            }
+        }
+        let mut out = Vec::new();
+        for assignor in &self.config.assignors {
+            let cooperative = assignor.protocol() == RebalanceProtocol::Cooperative;
+            let subscription = Subscription {
+                topics: self.config.topics.clone(),
+                user_data: cooperative.then(|| cooperative_sticky_user_data(generation)),
+                owned_partitions: owned_wire.clone(),
+                generation_id: generation,
+                rack_id: self.config.rack.clone(),
+            };
+            out.push((
+                assignor.name(),
+                subscription.encode(CONSUMER_PROTOCOL_MAX_VERSION)?,
+            ));
+        }
+        Ok(out)
+    }
+
+    /// One rebalance: revoke (eager), JoinGroup, the leader's assignment,
+    /// SyncGroup, then the assignment events.
+    async fn join_and_sync(&mut self) -> Flow {
+        let eager = self.config.protocol() == RebalanceProtocol::Eager;
+        let has_generation = self.shared.lock().generation != NO_GENERATION;
+        if eager && has_generation {
+            // Eager: everything goes back before the join. The old
+            // generation's heartbeats keep running while the owner commits.
+            let owned = self.shared.lock().owned.clone();
+            self.revoke(owned).await;
+        }
+        self.stop_heartbeat();
+        let coordinator = match self.coordinator().await {
+            Ok(c) => c,
+            Err(flow) => return flow,
+        };
+        let protocols = match self.subscriptions() {
+            Ok(p) => p,
+            Err(e) => return Flow::Fatal(e),
+        };
+        let member_id = self.shared.lock().member_id.clone();
+        let join_sent = Instant::now();
+        let joined = requests::join(
+            &self.cluster,
+            coordinator,
+            &JoinParams {
+                group: &self.config.group_id,
+                member_id: &member_id,
+                instance_id: self.config.instance_id.as_deref(),
+                session_timeout: self.config.session_timeout,
+                rebalance_timeout: self.config.max_poll_interval,
+                protocols,
+            },
+        )
+        .await;
+        let joined = match joined {
+            Ok(j) => j,
+            Err(e) => return self.on_client_error("JoinGroup", &e),
+        };
+        if joined.error_code == codes::MEMBER_ID_REQUIRED {
+            // KIP-394: keep the id the coordinator gave, rejoin at once.
+            self.shared.lock().member_id = joined.member_id.to_string();
+            return Flow::Rejoin(Duration::ZERO);
+        }
+        if joined.error_code != codes::NONE {
+            return self.on_code(joined.error_code).await;
+        }
+        let generation = joined.generation_id;
+        let member_id = joined.member_id.to_string();
+        {
+            let mut id = self.shared.lock();
+            id.generation = generation;
+            id.member_id = member_id.clone();
+        }
+        let margin = self.config.effective_margin();
+        let session = self.config.session_timeout.saturating_sub(margin);
+        self.shared.extend_lease(generation, join_sent + session);
+        let protocol_name = joined
+            .protocol_name
+            .as_ref()
+            .map(|p| p.to_string())
+            .unwrap_or_default();
+        let is_leader = joined.leader == joined.member_id && !joined.skip_assignment;
+        let assignments = if is_leader {
+            match super::leader::assign(&self.cluster, &joined).await {
+                Ok(a) => a,
+                Err(e) => return Flow::Fatal(e),
+            }
+        } else {
+            Vec::new()
+        };
+        tracing::info!(group = %self.config.group_id, generation, member = %member_id, leader = is_leader, "joined");
+        let sync_sent = Instant::now();
+        let synced = requests::sync(
+            &self.cluster,
+            coordinator,
+            SyncParams {
+                group: &self.config.group_id,
+                member_id: &member_id,
+                instance_id: self.config.instance_id.as_deref(),
+                generation,
+                protocol_name: &protocol_name,
+                assignments,
+                rebalance_timeout: self.config.max_poll_interval,
+            },
+        )
+        .await;
+        let synced = match synced {
+            Ok(s) => s,
+            Err(e) => return self.on_client_error("SyncGroup", &e),
+        };
+        if synced.error_code != codes::NONE {
+            return self.on_code(synced.error_code).await;
+        }
+        let assigned = match decode_assignment(&synced.assignment) {
+            Ok(a) => a,
+            Err(e) => return Flow::Fatal(e),
+        };
+        self.shared.extend_lease(generation, sync_sent + session);
+        self.heartbeat = Some(tokio::spawn(
+            Heartbeat {
+                cluster: self.cluster.clone(),
+                shared: Arc::clone(&self.shared),
+                config: self.config.clone(),
+                generation,
+                member_id,
+                outcomes: self.outcomes_tx.clone(),
+            }
+            .run(),
+        ));
+        self.apply(assigned, eager).await
+    }
+
+    async fn apply(&mut self, assigned: BTreeSet<TopicPartition>, eager: bool) -> Flow {
+        let owned = self.shared.lock().owned.clone();
+        let revoked: BTreeSet<TopicPartition> = owned.difference(&assigned).cloned().collect();
+        let added: BTreeSet<TopicPartition> = assigned.difference(&owned).cloned().collect();
+        if !eager {
+            // KIP-429: give up what moves, then rejoin so its new owner
+            // can get it in the next round.
+            self.revoke(revoked.clone()).await;
+        }
+        self.shared.lock().owned.extend(added.iter().cloned());
+        self.emit(AssignmentEvent::Assigned(added.into_iter().collect()))
+            .await;
+        if !eager && !revoked.is_empty() {
+            return Flow::Rejoin(Duration::ZERO);
+        }
+        Flow::Stable
+    }
+
+    async fn stable(&mut self, commands: &mut mpsc::UnboundedReceiver<Command>) -> Flow {
+        loop {
+            let generation = self.shared.lock().generation;
+            tokio::select! {
+                outcome = self.outcomes.recv() => {
+                    let Some(outcome) = outcome else { continue };
+                    if outcome.generation != generation {
+                        continue;
+                    }
+                    return match outcome.kind {
+                        OutcomeKind::Code(code) => self.on_code(code).await,
+                        OutcomeKind::SelfFenced => {
+                            tracing::warn!(group = %self.config.group_id, generation, "no heartbeat got through within the session timeout: fencing self");
+                            self.shared.lock().generation = NO_GENERATION;
+                            self.lose_all("self-fenced").await;
+                            Flow::Rejoin(Duration::ZERO)
+                        }
+                        OutcomeKind::PollTimeout => self.leave_after_poll_timeout(commands).await,
+                    };
+                }
+                command = commands.recv() => match command {
+                    Some(Command::Close { mode, done }) => return Flow::Close(mode, done),
+                    Some(Command::GroupError { generation: sent_with, code }) => {
+                        if sent_with == generation {
+                            return self.on_code(code).await;
+                        }
+                    }
+                    None => return Flow::Close(ShutdownMode::Default, oneshot::channel().0),
+                },
+            }
+        }
+    }
+
+    /// `max.poll.interval.ms` passed without a poll: a dynamic member
+    /// leaves (as Java's does) and rejoins on the next poll.
+    async fn leave_after_poll_timeout(
+        &mut self,
+        commands: &mut mpsc::UnboundedReceiver<Command>,
+    ) -> Flow {
+        tracing::warn!(group = %self.config.group_id, "not polled within max.poll.interval.ms: leaving the group");
+        self.leave().await;
+        {
+            let mut id = self.shared.lock();
+            id.member_id.clear();
+            id.generation = NO_GENERATION;
+        }
+        self.lose_all("max.poll.interval.ms").await;
+        let left_at = Instant::now();
+        let next_poll = async {
+            // A permit stored by an earlier poll does not count.
+            while self.shared.lock().last_poll <= left_at {
+                self.shared.polled.notified().await;
+            }
+        };
+        tokio::select! {
+            _ = next_poll => Flow::Rejoin(Duration::ZERO),
+            c = commands.recv() => match c {
+                Some(Command::Close { mode, done }) => Flow::Close(mode, done),
+                _ => Flow::Rejoin(Duration::ZERO),
+            },
+        }
+    }
+
+    async fn leave(&mut self) {
+        self.stop_heartbeat();
+        let member_id = self.shared.lock().member_id.clone();
+        if member_id.is_empty() {
+            return;
+        }
+        let group = &self.config.group_id;
+        let Ok(coordinator) = self
+            .cluster
+            .find_coordinator(CoordinatorKind::Group, group)
+            .await
+        else {
+            return;
+        };
+        match requests::leave(
+            &self.cluster,
+            coordinator,
+            group,
+            &member_id,
+            self.config.instance_id.as_deref(),
+        )
+        .await
+        {
+            Ok(0) => tracing::info!(group, member = %member_id, "left the group"),
+            Ok(code) => tracing::info!(group, code, "LeaveGroup refused"),
+            Err(e) => tracing::info!(group, error = %e, "LeaveGroup failed"),
+        }
+    }
+
+    async fn close(&mut self, mode: ShutdownMode) {
+        // KIP-345: a static member does not leave on a normal shutdown, so
+        // a restart within the session timeout keeps its partitions.
+        if mode == ShutdownMode::Planned || self.config.instance_id.is_none() {
+            self.leave().await;
+        }
+        self.stop_heartbeat();
+        let mut id = self.shared.lock();
+        id.lease_until = None;
+        id.owned.clear();
+    }
+}
+
+fn decode_assignment(bytes: &[u8]) -> Result<BTreeSet<TopicPartition>> {
+    // A member the leader gave nothing may get no bytes at all.
+    if bytes.is_empty() {
+        return Ok(BTreeSet::new());
+    }
+    let (_, assignment) = Assignment::decode(bytes)?;
+    Ok(assignment
+        .assigned_partitions
+        .iter()
+        .flat_map(|t| {
+            t.partitions
+                .iter()
+                .map(|p| TopicPartition::new(t.topic.clone(), *p))
+        })
+        .collect())
+}

@@ -1,0 +1,144 @@
+//! The member's settings, named after the Java consumer's properties.
+
+use std::time::Duration;
+
+use crate::assignor::{Assignor, RebalanceProtocol};
+
+/// How a [`GroupMember`](super::GroupMember) joins and stays in its group.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MemberConfig {
+    /// `group.id`.
+    pub group_id: String,
+    /// The topics to subscribe to.
+    pub topics: Vec<String>,
+    /// `partition.assignment.strategy`, in order of preference.
+    pub assignors: Vec<Assignor>,
+    /// `group.instance.id`: makes the member static (KIP-345).
+    pub instance_id: Option<String>,
+    /// `session.timeout.ms` (default 45 s): how long the coordinator waits
+    /// for a heartbeat before it removes the member.
+    pub session_timeout: Duration,
+    /// `heartbeat.interval.ms` (default 3 s).
+    pub heartbeat_interval: Duration,
+    /// `max.poll.interval.ms` (default 5 min): sent as the rebalance timeout
+    /// and enforced locally; a dynamic member not polled for this long
+    /// leaves the group.
+    pub max_poll_interval: Duration,
+    /// How long before the coordinator could expire the session the member
+    /// declares its partitions lost (Weir's `weir.self.fence.margin.ms`,
+    /// default 2 s, at most half the session timeout).
+    pub self_fence_margin: Duration,
+    /// `client.rack`, sent in the subscription (v3).
+    pub rack: Option<String>,
+}
+
+impl MemberConfig {
+    /// A dynamic member of `group_id` subscribed to `topics`, with Kafka's
+    /// default timeouts and the cooperative-sticky assignor.
+    pub fn new<I, S>(group_id: impl Into<String>, topics: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        Self {
+            group_id: group_id.into(),
+            topics: topics.into_iter().map(Into::into).collect(),
+            assignors: vec![Assignor::CooperativeSticky],
+            instance_id: None,
+            session_timeout: Duration::from_secs(45),
+            heartbeat_interval: Duration::from_secs(3),
+            max_poll_interval: Duration::from_secs(300),
+            self_fence_margin: Duration::from_secs(2),
+            rack: None,
+        }
+    }
+
+    /// Sets `partition.assignment.strategy`.
+    pub fn with_assignors(mut self, assignors: impl IntoIterator<Item = Assignor>) -> Self {
+        self.assignors = assignors.into_iter().collect();
+        self
+    }
+
+    /// Sets `group.instance.id` (static membership).
+    pub fn with_instance_id(mut self, id: impl Into<String>) -> Self {
+        self.instance_id = Some(id.into());
+        self
+    }
+
+    /// Sets `session.timeout.ms`.
+    pub fn with_session_timeout(mut self, timeout: Duration) -> Self {
+        self.session_timeout = timeout;
+        self
+    }
+
+    /// Sets `heartbeat.interval.ms`.
+    pub fn with_heartbeat_interval(mut self, interval: Duration) -> Self {
+        self.heartbeat_interval = interval;
+        self
+    }
+
+    /// Sets `max.poll.interval.ms`.
+    pub fn with_max_poll_interval(mut self, interval: Duration) -> Self {
+        self.max_poll_interval = interval;
+        self
+    }
+
+    /// Sets the self-fencing margin.
+    pub fn with_self_fence_margin(mut self, margin: Duration) -> Self {
+        self.self_fence_margin = margin;
+        self
+    }
+
+    /// Sets `client.rack`.
+    pub fn with_rack(mut self, rack: impl Into<String>) -> Self {
+        self.rack = Some(rack.into());
+        self
+    }
+
+    /// Cooperative only when every offered assignor is (as in Java: the
+    /// group may pick any of them, and an eager one needs eager revocation).
+    pub fn protocol(&self) -> RebalanceProtocol {
+        if !self.assignors.is_empty()
+            && self
+                .assignors
+                .iter()
+                .all(|a| a.protocol() == RebalanceProtocol::Cooperative)
+        {
+            RebalanceProtocol::Cooperative
+        } else {
+            RebalanceProtocol::Eager
+        }
+    }
+
+    /// The margin actually used: never more than half the session timeout,
+    /// so a short session still leaves time to heartbeat.
+    pub(crate) fn effective_margin(&self) -> std::time::Duration {
+        self.self_fence_margin.min(self.session_timeout / 2)
+    }
+
+    /// Checks the settings.
+    ///
+    /// # Errors
+    /// [`GroupError::InvalidConfig`](crate::GroupError::InvalidConfig).
+    pub fn validate(&self) -> crate::Result<()> {
+        let invalid = |m: &str| Err(crate::GroupError::InvalidConfig(m.to_owned()));
+        if self.group_id.is_empty() {
+            return invalid("group.id must not be empty");
+        }
+        if self.assignors.is_empty() {
+            return invalid("partition.assignment.strategy must name at least one assignor");
+        }
+        if self.heartbeat_interval.is_zero() || self.heartbeat_interval >= self.session_timeout {
+            return invalid("heartbeat.interval.ms must be above 0 and below session.timeout.ms");
+        }
+        if self.session_timeout > std::time::Duration::from_millis(i32::MAX as u64)
+            || self.max_poll_interval > std::time::Duration::from_millis(i32::MAX as u64)
+        {
+            return invalid("session.timeout.ms and max.poll.interval.ms must fit in an int32");
+        }
+        if self.instance_id.as_deref() == Some("") {
+            return invalid("group.instance.id must not be empty");
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,157 @@
+//! The heartbeat task: one per generation, on its own tokio task and the
+//! coordinator lane's connection, so a slow processing loop (or a fetch
+//! long-poll) never delays a heartbeat.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::mpsc;
+use tokio::time::{Instant, sleep_until};
+use weir_client::Cluster;
+use weir_client::cluster::CoordinatorKind;
+use weir_client::kerror::codes;
+
+use super::config::MemberConfig;
+use super::requests;
+use super::state::Shared;
+
+/// Why a heartbeat task stopped; the membership task reacts to it only if
+/// `generation` is still the current one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Outcome {
+    pub generation: i32,
+    pub kind: OutcomeKind,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum OutcomeKind {
+    /// A group error code from the coordinator (REBALANCE_IN_PROGRESS,
+    /// UNKNOWN_MEMBER_ID, ILLEGAL_GENERATION, FENCED_INSTANCE_ID, ...).
+    Code(i16),
+    /// No heartbeat got through for the session timeout minus the margin.
+    SelfFenced,
+    /// The application has not polled for `max.poll.interval.ms`.
+    PollTimeout,
+}
+
+pub(crate) struct Heartbeat {
+    pub cluster: Cluster,
+    pub shared: Arc<Shared>,
+    pub config: MemberConfig,
+    pub generation: i32,
+    pub member_id: String,
+    pub outcomes: mpsc::UnboundedSender<Outcome>,
+}
+
+impl Heartbeat {
+    pub(crate) async fn run(self) {
+        let kind = self.beat_until_stopped().await;
+        tracing::debug!(group = %self.config.group_id, generation = self.generation, ?kind, "heartbeats stop");
+        let _ = self.outcomes.send(Outcome {
+            generation: self.generation,
+            kind,
+        });
+    }
+
+    fn lease_deadline(&self) -> Instant {
+        // No lease at all (never granted or given up): fence at once.
+        self.shared.lock().lease_until.unwrap_or_else(Instant::now)
+    }
+
+    async fn beat_until_stopped(&self) -> OutcomeKind {
+        let config = &self.config;
+        let group = config.group_id.as_str();
+        let margin = config.effective_margin();
+        let backoff = self
+            .cluster
+            .config()
+            .retry_backoff
+            .max(Duration::from_millis(10));
+        // A heartbeat that takes longer than half a session is as good as
+        // lost; giving up on it frees the connection for the next try.
+        let request_timeout = self
+            .cluster
+            .config()
+            .request_timeout
+            .min(config.session_timeout / 2);
+        let mut next = Instant::now() + config.heartbeat_interval;
+        loop {
+            // Self-fencing, the fix for members that went on processing
+            // after the coordinator had dropped them (and handed their
+            // partitions to others) during a network outage. The lease
+            // ends `margin` before the earliest moment the coordinator can
+            // expire this member's session, so the cut-off member stops
+            // writing strictly before a new owner can start.
+            tokio::select! {
+                _ = sleep_until(next) => {}
+                _ = sleep_until(self.lease_deadline()) => return OutcomeKind::SelfFenced,
+            }
+            if self.shared.instance_id.is_none()
+                && !self.shared.polled_since(config.max_poll_interval)
+            {
+                return OutcomeKind::PollTimeout;
+            }
+            let coordinator = tokio::select! {
+                c = self.cluster.find_coordinator(CoordinatorKind::Group, group) => c,
+                _ = sleep_until(self.lease_deadline()) => return OutcomeKind::SelfFenced,
+            };
+            let coordinator = match coordinator {
+                Ok(c) => c,
+                Err(e) => {
+                    tracing::debug!(group, error = %e, "no coordinator for the heartbeat");
+                    next = Instant::now() + backoff;
+                    continue;
+                }
+            };
+            let sent_at = Instant::now();
+            let answer = tokio::select! {
+                r = requests::heartbeat(
+                    &self.cluster,
+                    coordinator,
+                    group,
+                    &self.member_id,
+                    self.shared.instance_id.as_deref(),
+                    self.generation,
+                    request_timeout,
+                ) => r,
+                _ = sleep_until(self.lease_deadline()) => return OutcomeKind::SelfFenced,
+            };
+            match answer {
+                Ok(code) if code == codes::NONE || code == codes::REBALANCE_IN_PROGRESS => {
+                    // The coordinator reset this member's session timer no
+                    // earlier than `sent_at`: measured from there, the
+                    // lease can never outlive the session.
+                    self.shared.extend_lease(
+                        self.generation,
+                        sent_at + config.session_timeout.saturating_sub(margin),
+                    );
+                    if code == codes::REBALANCE_IN_PROGRESS {
+                        return OutcomeKind::Code(code);
+                    }
+                    next = sent_at + config.heartbeat_interval;
+                }
+                Ok(code)
+                    if code == codes::NOT_COORDINATOR
+                        || code == codes::COORDINATOR_NOT_AVAILABLE =>
+                {
+                    tracing::info!(group, code, "coordinator moved; finding it again");
+                    self.cluster
+                        .invalidate_coordinator(CoordinatorKind::Group, group);
+                    next = Instant::now() + backoff;
+                }
+                Ok(code) if code == codes::COORDINATOR_LOAD_IN_PROGRESS => {
+                    next = Instant::now() + backoff;
+                }
+                Ok(code) => return OutcomeKind::Code(code),
+                Err(e) => {
+                    tracing::debug!(group, error = %e, "heartbeat failed");
+                    if e.is_network() {
+                        self.cluster
+                            .invalidate_coordinator(CoordinatorKind::Group, group);
+                    }
+                    next = Instant::now() + backoff;
+                }
+            }
+        }
+    }
+}

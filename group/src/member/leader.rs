@@ -1,0 +1,84 @@
+//! The leader's step: decode every member's subscription, run the chosen
+//! assignor, encode each member's assignment.
+
+use std::collections::BTreeMap;
+
+use bytes::Bytes;
+use weir_client::Cluster;
+use weir_protocol::kafka_protocol::messages::JoinGroupResponse;
+
+use super::requests::client_error;
+use crate::assignor::{Assignor, GroupSubscription, MemberSubscription, to_wire_assignment};
+use crate::consumer_protocol::{CONSUMER_PROTOCOL_MAX_VERSION, Subscription};
+use crate::{GroupError, Result};
+
+/// The assignments to send in the leader's SyncGroup.
+pub(crate) async fn assign(
+    cluster: &Cluster,
+    join: &JoinGroupResponse,
+) -> Result<Vec<(String, Bytes)>> {
+    let protocol = join
+        .protocol_name
+        .as_ref()
+        .map(|p| p.to_string())
+        .unwrap_or_default();
+    let assignor = Assignor::from_name(&protocol).ok_or_else(|| {
+        GroupError::InvalidConfig(format!(
+            "the group chose assignor {protocol:?}, which Weir lacks"
+        ))
+    })?;
+    let mut group = GroupSubscription::default();
+    // Answer in the lowest version any member sent, so every member
+    // (Java, librdkafka, older Weir) can read its assignment.
+    let mut version = CONSUMER_PROTOCOL_MAX_VERSION;
+    for m in &join.members {
+        let (v, subscription) = Subscription::decode(&m.metadata)?;
+        version = version.min(v.max(0));
+        group.members.insert(
+            m.member_id.to_string(),
+            MemberSubscription::from_wire(
+                m.group_instance_id.as_ref().map(|i| i.to_string()),
+                &subscription,
+            ),
+        );
+    }
+    let topics: Vec<String> = group
+        .members
+        .values()
+        .flat_map(|m| m.topics.iter().cloned())
+        .collect::<std::collections::BTreeSet<_>>()
+        .into_iter()
+        .collect();
+    let names: Vec<&str> = topics.iter().map(String::as_str).collect();
+    let metadata = cluster
+        .refresh_metadata(&names)
+        .await
+        .map_err(|e| client_error("Metadata for the leader's assignment", &e))?;
+    let mut partitions_per_topic = BTreeMap::new();
+    for t in &names {
+        // A topic that does not exist (yet) gets no partitions this round.
+        if let Some(tm) = metadata.topic(t).filter(|tm| tm.error.is_none()) {
+            partitions_per_topic.insert(
+                (*t).to_owned(),
+                i32::try_from(tm.partitions.len()).unwrap_or(i32::MAX),
+            );
+        }
+    }
+    group.partitions_per_topic = partitions_per_topic;
+    let assignment = assignor.assign(&group);
+    tracing::info!(
+        assignor = assignor.name(),
+        members = group.members.len(),
+        generation = join.generation_id,
+        "leader assigned partitions"
+    );
+    let mut out = Vec::with_capacity(group.members.len());
+    for member in group.members.keys() {
+        let partitions = assignment.get(member).cloned().unwrap_or_default();
+        out.push((
+            member.clone(),
+            to_wire_assignment(&partitions).encode(version)?,
+        ));
+    }
+    Ok(out)
+}

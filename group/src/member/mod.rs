@@ -1,0 +1,231 @@
+//! Group membership, classic protocol: JoinGroup, SyncGroup, Heartbeat,
+//! LeaveGroup.
+//!
+//! [`GroupMember::start`] spawns two tasks per member:
+//!
+//! - the membership task joins and syncs, reacts to the coordinator's
+//!   errors exactly as Kafka's consumer does, and turns assignment changes
+//!   into [`AssignmentEvent`]s, in order;
+//! - a heartbeat task per generation, on the coordinator lane's own
+//!   connection, so a slow processing loop never starves it. It also
+//!   enforces `max.poll.interval.ms` and self-fencing (see [`Lease`]).
+//!
+//! | Coordinator says | The member |
+//! |---|---|
+//! | `MEMBER_ID_REQUIRED` | keeps the id it was given and rejoins at once |
+//! | `UNKNOWN_MEMBER_ID` | forgets member id and generation, loses its partitions, rejoins |
+//! | `ILLEGAL_GENERATION` | forgets the generation, loses its partitions, rejoins |
+//! | `REBALANCE_IN_PROGRESS` | rejoins (eager: revokes everything first) |
+//! | `FENCED_INSTANCE_ID` | loses its partitions and stops: fatal |
+//! | `NOT_COORDINATOR`, `COORDINATOR_NOT_AVAILABLE` | finds the coordinator again |
+//!
+//! An answer is acted on only if the generation is still the one its
+//! request was sent with.
+
+mod actor;
+mod config;
+mod heartbeat;
+mod leader;
+mod requests;
+mod state;
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use tokio::sync::{mpsc, oneshot};
+use weir_client::Cluster;
+
+pub use self::config::MemberConfig;
+pub(crate) use self::requests::{client_error, s};
+use self::state::Shared;
+pub use self::state::{GroupMetadata, Lease};
+use crate::assignor::TopicPartition;
+use crate::{GroupError, Result};
+
+/// A change of the member's partitions, delivered in order.
+#[derive(Debug)]
+pub enum AssignmentEvent {
+    /// These partitions are being taken away cleanly: commit their offsets,
+    /// then call [`Revocation::ack`]. The member waits for the ack (or for
+    /// the [`Revocation`] to be dropped) before it goes on.
+    Revoked(Revocation),
+    /// These partitions are now the member's (possibly none: the
+    /// rebalance completed without adding any).
+    Assigned(Vec<TopicPartition>),
+    /// The membership ended without a clean revoke (the generation was lost,
+    /// the member fenced itself or was fenced): stop writing for these
+    /// partitions at once and do not commit their offsets.
+    Lost(Vec<TopicPartition>),
+}
+
+/// Partitions being revoked, with the acknowledgement the member waits for.
+#[derive(Debug)]
+pub struct Revocation {
+    /// The partitions.
+    pub partitions: Vec<TopicPartition>,
+    ack: oneshot::Sender<()>,
+}
+
+impl Revocation {
+    /// Tells the member the owner has committed and stopped using the
+    /// partitions.
+    pub fn ack(self) {
+        let _ = self.ack.send(());
+    }
+}
+
+/// How [`GroupMember::close`] leaves the group.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ShutdownMode {
+    /// A dynamic member sends LeaveGroup; a static one does not (KIP-345):
+    /// if it comes back within the session timeout it keeps its partitions
+    /// without a rebalance.
+    Default,
+    /// Leave at once, static or not, so the partitions move without waiting
+    /// for the session to time out. Commit before calling this.
+    Planned,
+}
+
+pub(crate) enum Command {
+    Close {
+        mode: ShutdownMode,
+        done: oneshot::Sender<()>,
+    },
+    /// A commit got a group error for `generation`.
+    GroupError { generation: i32, code: i16 },
+}
+
+/// A member of a consumer group.
+///
+/// ```no_run
+/// # async fn demo() -> weir_group::Result<()> {
+/// use weir_client::{Cluster, config::ClientConfig};
+/// use weir_group::member::{AssignmentEvent, GroupMember, MemberConfig, ShutdownMode};
+///
+/// let config = ClientConfig::from_properties(&[("bootstrap.servers", "127.0.0.1:9092")]).unwrap();
+/// let cluster = Cluster::connect(config).await.unwrap();
+/// let mut member = GroupMember::start(cluster, MemberConfig::new("g", ["orders"]))?;
+/// match member.next_event().await? {
+///     AssignmentEvent::Assigned(partitions) => println!("now own {partitions:?}"),
+///     AssignmentEvent::Revoked(revocation) => revocation.ack(),
+///     AssignmentEvent::Lost(partitions) => println!("lost {partitions:?}"),
+/// }
+/// member.close(ShutdownMode::Default).await;
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Debug)]
+pub struct GroupMember {
+    cluster: Cluster,
+    shared: Arc<Shared>,
+    events: mpsc::Receiver<Result<AssignmentEvent>>,
+    commands: mpsc::UnboundedSender<Command>,
+}
+
+impl GroupMember {
+    /// Validates `config` and starts joining the group.
+    ///
+    /// # Errors
+    /// [`GroupError::InvalidConfig`].
+    pub fn start(cluster: Cluster, config: MemberConfig) -> Result<GroupMember> {
+        config.validate()?;
+        let shared = Shared::new(config.group_id.clone(), config.instance_id.clone());
+        let (event_tx, events) = mpsc::channel(16);
+        let (commands, command_rx) = mpsc::unbounded_channel();
+        let membership =
+            actor::Membership::new(cluster.clone(), config, Arc::clone(&shared), event_tx);
+        tokio::spawn(membership.run(command_rx));
+        Ok(GroupMember {
+            cluster,
+            shared,
+            events,
+            commands,
+        })
+    }
+
+    /// The next assignment event. Waiting here counts as polling for
+    /// `max.poll.interval.ms`.
+    ///
+    /// # Errors
+    /// A fatal error ([`GroupError::FencedInstance`], an authorization
+    /// failure), then [`GroupError::MemberStopped`].
+    pub async fn next_event(&mut self) -> Result<AssignmentEvent> {
+        self.record_poll();
+        self.shared.in_poll.store(true, Ordering::Release);
+        let event = self.events.recv().await;
+        self.shared.in_poll.store(false, Ordering::Release);
+        self.record_poll();
+        event.unwrap_or_else(|| {
+            Err(GroupError::MemberStopped {
+                group: self.shared.group_id.clone(),
+            })
+        })
+    }
+
+    /// Records that the application polled (for `max.poll.interval.ms`);
+    /// [`next_event`](Self::next_event) does it itself.
+    pub fn record_poll(&self) {
+        self.shared.record_poll();
+    }
+
+    /// Generation, member id and instance id, as commits must carry them.
+    pub fn metadata(&self) -> GroupMetadata {
+        self.shared.metadata()
+    }
+
+    /// The generation, -1 while there is none.
+    pub fn generation(&self) -> i32 {
+        self.shared.lock().generation
+    }
+
+    /// The partitions the member owns now.
+    pub fn assignment(&self) -> BTreeSet<TopicPartition> {
+        self.shared.lock().owned.clone()
+    }
+
+    /// The lease writers check before each write.
+    pub fn lease(&self) -> Lease {
+        Lease {
+            shared: Arc::clone(&self.shared),
+        }
+    }
+
+    /// The cluster handle the member talks through.
+    pub fn cluster(&self) -> &Cluster {
+        &self.cluster
+    }
+
+    /// Commits `offsets` with this member's group metadata. A group error
+    /// (e.g. `REBALANCE_IN_PROGRESS`) fails the commit and makes the member
+    /// react to it, if the generation has not changed meanwhile.
+    ///
+    /// # Errors
+    /// [`GroupError::Coordinator`] with the code, or [`GroupError::Client`].
+    pub async fn commit(&self, offsets: &[(TopicPartition, i64)]) -> Result<()> {
+        let metadata = self.metadata();
+        let result = crate::offsets::commit(&self.cluster, &metadata, offsets).await;
+        if let Err(GroupError::Coordinator { code, .. }) = &result {
+            let _ = self.commands.send(Command::GroupError {
+                generation: metadata.generation,
+                code: *code,
+            });
+        }
+        result
+    }
+
+    /// Stops the member: heartbeats end, and it leaves the group as `mode`
+    /// says. Commit first; nothing is revoked or committed here.
+    pub async fn close(self, mode: ShutdownMode) {
+        let GroupMember {
+            events, commands, ..
+        } = self;
+        // Dropped first: a membership task blocked delivering an event (or
+        // waiting for a revocation's ack) sees the receiver gone and moves on.
+        drop(events);
+        let (done, wait) = oneshot::channel();
+        if commands.send(Command::Close { mode, done }).is_ok() {
+            let _ = wait.await;
+        }
+    }
+}

@@ -1,0 +1,311 @@
+//! Shared pieces of the member tests: a testkit cluster, an application
+//! loop that records every event and "write", and waiting on that record.
+
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::sync::{oneshot, watch};
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+use weir_client::Cluster;
+use weir_client::config::ClientConfig;
+use weir_group::GroupError;
+use weir_group::assignor::TopicPartition;
+use weir_group::member::{AssignmentEvent, GroupMember, MemberConfig};
+use weir_protocol::ApiKey;
+use weir_protocol::kafka_protocol::messages::RequestKind;
+
+pub const TOPIC: &str = "t";
+pub const SESSION: Duration = Duration::from_secs(10);
+
+/// One thing an application saw or did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Entry {
+    Assigned {
+        at: Instant,
+        who: String,
+        partitions: Vec<TopicPartition>,
+        generation: i32,
+    },
+    /// Logged when the owner acks (after its commit).
+    Revoked {
+        at: Instant,
+        who: String,
+        partitions: Vec<TopicPartition>,
+    },
+    Lost {
+        at: Instant,
+        who: String,
+        partitions: Vec<TopicPartition>,
+    },
+    Fatal {
+        at: Instant,
+        who: String,
+        error: GroupError,
+    },
+    Write {
+        at: Instant,
+        who: String,
+        tp: TopicPartition,
+    },
+}
+
+impl Entry {
+    pub fn who(&self) -> &str {
+        match self {
+            Entry::Assigned { who, .. }
+            | Entry::Revoked { who, .. }
+            | Entry::Lost { who, .. }
+            | Entry::Fatal { who, .. }
+            | Entry::Write { who, .. } => who,
+        }
+    }
+}
+
+/// The shared record of every application, in the order things happened.
+#[derive(Clone)]
+pub struct Journal {
+    entries: Arc<Mutex<Vec<Entry>>>,
+    changed: watch::Sender<usize>,
+}
+
+impl Default for Journal {
+    fn default() -> Self {
+        Self {
+            entries: Arc::default(),
+            changed: watch::channel(0).0,
+        }
+    }
+}
+
+impl Journal {
+    pub fn push(&self, e: Entry) {
+        let n = {
+            let mut entries = self.entries.lock().unwrap();
+            entries.push(e);
+            entries.len()
+        };
+        self.changed.send_replace(n);
+    }
+
+    pub fn entries(&self) -> Vec<Entry> {
+        self.entries.lock().unwrap().clone()
+    }
+
+    /// Waits (on tokio's clock, at most `limit`) until `pred` holds.
+    pub async fn wait_for(&self, limit: Duration, what: &str, pred: impl Fn(&[Entry]) -> bool) {
+        let mut rx = self.changed.subscribe();
+        let ok = tokio::time::timeout(limit, async {
+            loop {
+                if pred(&self.entries()) {
+                    return;
+                }
+                rx.changed().await.unwrap();
+            }
+        })
+        .await;
+        assert!(
+            ok.is_ok(),
+            "timed out waiting for {what}; journal: {:#?}",
+            self.non_writes()
+        );
+    }
+
+    pub fn non_writes(&self) -> Vec<Entry> {
+        self.entries()
+            .into_iter()
+            .filter(|e| !matches!(e, Entry::Write { .. }))
+            .collect()
+    }
+
+    /// Who owns what after replaying the events so far.
+    pub fn owners(&self) -> BTreeMap<String, BTreeSet<TopicPartition>> {
+        owners(&self.entries())
+    }
+}
+
+pub fn owners(entries: &[Entry]) -> BTreeMap<String, BTreeSet<TopicPartition>> {
+    let mut owned: BTreeMap<String, BTreeSet<TopicPartition>> = BTreeMap::new();
+    for e in entries {
+        match e {
+            Entry::Assigned {
+                who, partitions, ..
+            } => {
+                owned
+                    .entry(who.clone())
+                    .or_default()
+                    .extend(partitions.iter().cloned());
+            }
+            Entry::Revoked {
+                who, partitions, ..
+            }
+            | Entry::Lost {
+                who, partitions, ..
+            } => {
+                let set = owned.entry(who.clone()).or_default();
+                for p in partitions {
+                    set.remove(p);
+                }
+            }
+            _ => {}
+        }
+    }
+    owned
+}
+
+/// Replays the journal and fails if a partition ever had two owners.
+pub fn assert_never_two_owners(entries: &[Entry]) {
+    for i in 0..entries.len() {
+        let owned = owners(&entries[..=i]);
+        let mut seen: BTreeMap<&TopicPartition, &str> = BTreeMap::new();
+        for (who, set) in &owned {
+            for tp in set {
+                if let Some(other) = seen.insert(tp, who) {
+                    panic!("{tp:?} owned by {other} and {who} after {:?}", entries[i]);
+                }
+            }
+        }
+    }
+}
+
+pub fn partitions(n: i32) -> BTreeSet<TopicPartition> {
+    (0..n).map(|p| TopicPartition::new(TOPIC, p)).collect()
+}
+
+/// True when the named members together own exactly `n` partitions, each
+/// once, and each owns `n / members` or one more.
+pub fn balanced(entries: &[Entry], members: &[&str], n: i32) -> bool {
+    let owned = owners(entries);
+    let mut all = BTreeSet::new();
+    let mut total = 0;
+    for m in members {
+        let set = owned.get(*m).cloned().unwrap_or_default();
+        let share = n as usize / members.len();
+        if set.len() < share || set.len() > share + 1 {
+            return false;
+        }
+        total += set.len();
+        all.extend(set);
+    }
+    total == n as usize && all == partitions(n)
+}
+
+pub async fn testkit(partitions: i32) -> weir_testkit::Cluster {
+    let cluster = weir_testkit::Cluster::builder().build().await.unwrap();
+    cluster
+        .create_topic(TOPIC, partitions, std::iter::empty::<(String, String)>())
+        .await
+        .unwrap();
+    cluster
+}
+
+pub async fn client(bootstrap: &str, client_id: &str) -> Cluster {
+    let config = ClientConfig::from_properties(&[
+        ("bootstrap.servers", bootstrap),
+        ("client.id", client_id),
+    ])
+    .unwrap();
+    Cluster::connect(config).await.unwrap()
+}
+
+pub fn config(group: &str) -> MemberConfig {
+    MemberConfig::new(group, [TOPIC])
+        .with_session_timeout(SESSION)
+        .with_heartbeat_interval(Duration::from_secs(1))
+        .with_max_poll_interval(Duration::from_secs(20))
+        .with_self_fence_margin(Duration::from_secs(2))
+}
+
+/// An application running one member: logs its events, acks revocations,
+/// and writes for each owned partition every 100 ms while its lease holds.
+pub struct App {
+    pub name: String,
+    stop: Option<oneshot::Sender<()>>,
+    task: JoinHandle<GroupMember>,
+}
+
+impl App {
+    pub async fn start(
+        bootstrap: &str,
+        name: &str,
+        config: MemberConfig,
+        journal: &Journal,
+    ) -> App {
+        let cluster = client(bootstrap, name).await;
+        let member = GroupMember::start(cluster, config).unwrap();
+        Self::run(member, name, journal)
+    }
+
+    pub fn run(mut member: GroupMember, name: &str, journal: &Journal) -> App {
+        let (stop, mut stopped) = oneshot::channel();
+        let journal = journal.clone();
+        let who = name.to_owned();
+        let task = tokio::spawn(async move {
+            let mut tick = tokio::time::interval(Duration::from_millis(100));
+            loop {
+                tokio::select! {
+                    _ = &mut stopped => return member,
+                    event = member.next_event() => {
+                        let at = Instant::now();
+                        match event {
+                            Ok(AssignmentEvent::Assigned(partitions)) => journal.push(Entry::Assigned {
+                                at, who: who.clone(), partitions, generation: member.generation(),
+                            }),
+                            Ok(AssignmentEvent::Revoked(r)) => {
+                                journal.push(Entry::Revoked { at, who: who.clone(), partitions: r.partitions.clone() });
+                                r.ack();
+                            }
+                            Ok(AssignmentEvent::Lost(partitions)) => journal.push(Entry::Lost { at, who: who.clone(), partitions }),
+                            Err(error) => {
+                                journal.push(Entry::Fatal { at, who: who.clone(), error });
+                                let _ = stopped.await;
+                                return member;
+                            }
+                        }
+                    }
+                    _ = tick.tick() => {
+                        // The write path: checked against the lease, never
+                        // against events that may not have arrived yet.
+                        if member.lease().is_valid() {
+                            for tp in member.assignment() {
+                                journal.push(Entry::Write { at: Instant::now(), who: who.clone(), tp });
+                            }
+                        }
+                    }
+                }
+            }
+        });
+        App {
+            name: name.to_owned(),
+            stop: Some(stop),
+            task,
+        }
+    }
+
+    /// Stops the loop and hands the member back (for `close`).
+    pub async fn stop(mut self) -> GroupMember {
+        if let Some(s) = self.stop.take() {
+            let _ = s.send(());
+        }
+        self.task.await.unwrap()
+    }
+}
+
+/// Requests of `api` from `client` in the testkit's log.
+pub async fn requests_of(
+    cluster: &weir_testkit::Cluster,
+    api: ApiKey,
+    client: &str,
+) -> Vec<(Instant, RequestKind)> {
+    cluster
+        .requests()
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|r| r.api_key == api && r.client_id.as_deref() == Some(client))
+        .map(|r| (r.at, r.body))
+        .collect()
+}
