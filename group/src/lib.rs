@@ -35,6 +35,7 @@
 pub mod assignor;
 pub mod consumer_protocol;
 mod error;
+pub mod group_consumer;
 pub mod member;
 pub mod offsets;
 pub mod task_assignor;

@@ -152,9 +152,10 @@ impl GroupMember {
     /// failure), then [`GroupError::MemberStopped`].
     pub async fn next_event(&mut self) -> Result<AssignmentEvent> {
         self.record_poll();
-        self.shared.in_poll.store(true, Ordering::Release);
-        let event = self.events.recv().await;
-        self.shared.in_poll.store(false, Ordering::Release);
+        let event = {
+            let _polling = PollGuard::enter(&self.shared);
+            self.events.recv().await
+        };
         self.record_poll();
         event.unwrap_or_else(|| {
             Err(GroupError::MemberStopped {
@@ -227,5 +228,23 @@ impl GroupMember {
         if commands.send(Command::Close { mode, done }).is_ok() {
             let _ = wait.await;
         }
+    }
+}
+
+/// Marks the application as polling while it waits in `next_event`, and
+/// unmarks it even when that future is dropped (inside a `select!`).
+struct PollGuard<'a>(&'a Shared);
+
+impl<'a> PollGuard<'a> {
+    fn enter(shared: &'a Shared) -> Self {
+        shared.in_poll.store(true, Ordering::Release);
+        Self(shared)
+    }
+}
+
+impl Drop for PollGuard<'_> {
+    fn drop(&mut self) {
+        self.0.in_poll.store(false, Ordering::Release);
+        self.0.record_poll();
     }
 }
