@@ -76,6 +76,10 @@ pub(crate) struct Shared {
     closed: AtomicBool,
     /// Produce requests awaiting their response.
     requests_in_flight: AtomicUsize,
+    /// Set for a [`crate::transaction::TransactionalProducer`]'s producer:
+    /// batches carry the transactional bit and the id, and only the
+    /// transaction layer may change the producer id and epoch.
+    transactional_id: Option<String>,
 }
 
 impl Shared {
@@ -177,6 +181,41 @@ impl Producer {
     /// # Errors
     /// [`ClientError::InvalidProperty`] for contradictory options.
     pub fn with_cluster(cluster: Cluster, options: ProducerOptions) -> Result<Producer> {
+        Self::start(cluster, options, None)
+    }
+
+    /// Starts a producer whose batches belong to the transactions of
+    /// `transactional_id`, written as the producer id and epoch that the
+    /// transaction layer set with [`Producer::set_identity`].
+    pub(crate) fn start_transactional(
+        cluster: Cluster,
+        options: ProducerOptions,
+        transactional_id: String,
+    ) -> Result<Producer> {
+        Self::start(cluster, options, Some(transactional_id))
+    }
+
+    /// Installs a producer id and epoch from the transaction layer's
+    /// InitProducerId, with every partition's sequence back at 0.
+    pub(crate) fn set_identity(&self, producer_id: i64, epoch: i16) {
+        let shared = &self.handle.shared;
+        {
+            let mut state = shared.lock();
+            state.identity = Identity {
+                producer_id,
+                epoch,
+                valid: true,
+            };
+            state.book.reset();
+        }
+        shared.wake.notify_one();
+    }
+
+    fn start(
+        cluster: Cluster,
+        options: ProducerOptions,
+        transactional_id: Option<String>,
+    ) -> Result<Producer> {
         options.validate()?;
         let idempotent = options.idempotent();
         let permits = options.buffer_memory.min(Semaphore::MAX_PERMITS);
@@ -210,6 +249,7 @@ impl Producer {
             flushing: AtomicUsize::new(0),
             closed: AtomicBool::new(false),
             requests_in_flight: AtomicUsize::new(0),
+            transactional_id,
         });
         let sender = tokio::spawn(sender::run(Arc::clone(&shared)));
         Ok(Producer {

@@ -45,6 +45,18 @@ pub(super) async fn run(shared: Arc<Shared>) {
     let mut init_failures = 0u32;
     loop {
         let closed = shared.closed.load(Ordering::Acquire);
+        if !shared.lock().identity.valid && shared.transactional_id.is_some() {
+            // A fresh InitProducerId here would silently leave the open
+            // transaction: only the transaction layer gets a new epoch
+            // (after an abort). Until then, queued records fail, which
+            // makes the transaction abortable.
+            fail_all(&shared, &ClientError::Closed);
+            if closed && shared.requests_in_flight.load(Ordering::Acquire) == 0 {
+                return;
+            }
+            shared.wake.notified().await;
+            continue;
+        }
         if !shared.lock().identity.valid {
             match init_producer_id(&shared).await {
                 Ok(identity) => {
@@ -225,6 +237,7 @@ fn encode(
         producer_id: if idempotent { identity.producer_id } else { -1 },
         producer_epoch: if idempotent { identity.epoch } else { -1 },
         base_sequence: batch.sequence.map_or(-1, |s| s.base),
+        transactional: shared.transactional_id.is_some(),
         ..BatchOptions::default()
     });
     for record in &batch.records {
@@ -259,22 +272,14 @@ async fn send_request(shared: Arc<Shared>, mut request: Outgoing) {
                 sendable.push(batch);
             }
             Err(message) => {
-                shared
-                    .lock()
-                    .book
-                    .on_failed(&batch.tp, batch.sequence, -1, false);
-                let tp = batch.tp.clone();
-                finish(
-                    &shared,
-                    batch,
-                    Err(&|| ClientError::RecordTooLarge {
-                        topic: tp.topic.clone(),
-                        size: 0,
-                        limit: i32::MAX as usize,
-                        setting: "the record batch format",
-                    }),
-                );
-                tracing::warn!(%tp, message, "batch could not be encoded");
+                tracing::warn!(tp = %batch.tp, message, "batch could not be encoded");
+                let topic = batch.tp.topic.clone();
+                retry_or_fail(&shared, batch, -1, false, &|| ClientError::RecordTooLarge {
+                    topic: topic.clone(),
+                    size: 0,
+                    limit: i32::MAX as usize,
+                    setting: "the record batch format",
+                });
             }
         }
     }
@@ -284,6 +289,12 @@ async fn send_request(shared: Arc<Shared>, mut request: Outgoing) {
         let req = ProduceRequest::default()
             .with_acks(options.acks.wire_value())
             .with_timeout_ms(timeout_ms)
+            .with_transactional_id(
+                shared
+                    .transactional_id
+                    .as_deref()
+                    .map(|t| StrBytes::from_string(t.to_owned()).into()),
+            )
             .with_topic_data(topics);
         let broker = request.broker;
         if options.acks == Acks::None {

@@ -12,12 +12,18 @@
 //! - a batch that failed keeps its sequence and is resent only once every
 //!   earlier request of the partition has been answered, so a retried batch
 //!   never overtakes or races an older one;
-//! - `OUT_OF_ORDER_SEQUENCE_NUMBER` for a batch behind another failed or
-//!   unanswered batch is the expected echo of that failure and retried;
-//!   for the batch right after the last acknowledged one it means the
-//!   broker lost the producer's state: that batch fails and the producer
-//!   takes a new producer id, whose sequences start at 0 (as Java's
-//!   idempotent producer bumps its epoch).
+//! - `OUT_OF_ORDER_SEQUENCE_NUMBER` for a batch that was sent while an
+//!   earlier batch of its partition was unanswered is the expected echo of
+//!   that batch's failure, or of two requests crossing, and is retried.
+//!   For a batch sent when everything before it was acknowledged, it means
+//!   the broker lost the producer's state: that batch fails and the
+//!   producer takes a new producer id, whose sequences start at 0 (as
+//!   Java's idempotent producer bumps its epoch). The state *at send time*
+//!   decides, because responses of different requests are handled
+//!   concurrently: judging by the acknowledgements seen when the error
+//!   arrives would be racy;
+//! - a sequenced batch that fails for good leaves a gap no later sequence
+//!   can cross, so it also takes a new producer id.
 
 use std::collections::{HashMap, VecDeque};
 use std::hash::Hash;
@@ -66,8 +72,9 @@ pub fn increment_sequence(sequence: i32, by: i32) -> i32 {
 struct PartitionSequences {
     /// The next base sequence to assign.
     next: i32,
-    /// Base sequences of batches sent and not yet answered, in send order.
-    in_flight: VecDeque<i32>,
+    /// Batches sent and not yet answered, in send order: base sequence,
+    /// and whether everything before it was acknowledged when it was sent.
+    in_flight: VecDeque<(i32, bool)>,
     /// The sequence the broker expects next: just after the last batch it
     /// acknowledged.
     expected: i32,
@@ -137,23 +144,34 @@ impl<K: Clone + Eq + Hash> SequenceBook<K> {
 
     /// Records that a batch with `tag` went out.
     pub fn on_sent(&mut self, key: &K, tag: Option<SequenceTag>) {
+        let current = self.generation;
         let p = self.partitions.entry(key.clone()).or_default();
-        p.in_flight.push_back(tag.map_or(-1, |t| t.base));
+        let clean = tag.is_some_and(|t| {
+            t.generation == current && p.in_flight.is_empty() && p.expected == t.base
+        });
+        p.in_flight.push_back((tag.map_or(-1, |t| t.base), clean));
     }
 
-    fn answered(&mut self, key: &K, tag: Option<SequenceTag>) -> Option<&mut PartitionSequences> {
+    /// Removes the batch from the in-flight list. Returns the partition and
+    /// whether the batch was sent with everything before it acknowledged.
+    fn answered(
+        &mut self,
+        key: &K,
+        tag: Option<SequenceTag>,
+    ) -> Option<(&mut PartitionSequences, bool)> {
         let p = self.partitions.get_mut(key)?;
         let base = tag.map_or(-1, |t| t.base);
-        if let Some(i) = p.in_flight.iter().position(|&b| b == base) {
-            p.in_flight.remove(i);
-        }
-        Some(p)
+        let clean = match p.in_flight.iter().position(|&(b, _)| b == base) {
+            Some(i) => p.in_flight.remove(i).is_some_and(|(_, clean)| clean),
+            None => false,
+        };
+        Some((p, clean))
     }
 
     /// Records the broker's acknowledgement of a batch of `count` records.
     pub fn on_acked(&mut self, key: &K, tag: Option<SequenceTag>, count: i32) {
         let current = self.generation;
-        if let Some(p) = self.answered(key, tag)
+        if let Some((p, _)) = self.answered(key, tag)
             && let Some(t) = tag
             && t.generation == current
         {
@@ -172,28 +190,29 @@ impl<K: Clone + Eq + Hash> SequenceBook<K> {
         retriable: bool,
     ) -> FailureAction {
         let current = self.generation;
-        let Some(p) = self.answered(key, tag) else {
+        let idempotent = self.idempotent;
+        let Some((_, clean)) = self.answered(key, tag) else {
             return if retriable {
                 FailureAction::Retry
             } else {
                 FailureAction::Fail
             };
         };
-        let Some(t) = tag.filter(|t| t.generation == current) else {
-            // Sent under an old producer id: it gets a new sequence on retry.
+        if !idempotent || tag.is_none_or(|t| t.generation != current) {
+            // No sequence, or one from an old producer id: a retry gets a
+            // new sequence, so nothing about the broker's state is learnt.
             return if retriable || code == OUT_OF_ORDER_SEQUENCE_NUMBER {
                 FailureAction::Retry
             } else {
                 FailureAction::Fail
             };
-        };
+        }
         match code {
-            OUT_OF_ORDER_SEQUENCE_NUMBER if t.base != p.expected => FailureAction::Retry,
-            OUT_OF_ORDER_SEQUENCE_NUMBER | UNKNOWN_PRODUCER_ID | INVALID_PRODUCER_EPOCH => {
-                FailureAction::FailAndResetProducer
-            }
+            OUT_OF_ORDER_SEQUENCE_NUMBER if !clean => FailureAction::Retry,
             _ if retriable => FailureAction::Retry,
-            _ => FailureAction::Fail,
+            // Lost producer state, a fenced epoch, or any final failure of
+            // a sequenced batch: later sequences can't follow it.
+            _ => FailureAction::FailAndResetProducer,
         }
     }
 
@@ -302,12 +321,43 @@ mod tests {
     }
 
     #[test]
+    fn an_echo_judged_after_a_later_ack_is_still_retried() {
+        // Batches 0 and 1 go out back to back; the broker sees 1 first
+        // (out of order), then 0. Their responses are handled the other
+        // way round: 0's acknowledgement before 1's error.
+        let mut book = SequenceBook::new(true, 5);
+        let first = book.assign(&"a", None, 1);
+        book.on_sent(&"a", first);
+        let second = book.assign(&"a", None, 1);
+        book.on_sent(&"a", second);
+        book.on_acked(&"a", first, 1);
+        assert_eq!(
+            book.on_failed(&"a", second, OUT_OF_ORDER_SEQUENCE_NUMBER, false),
+            FailureAction::Retry,
+            "sent behind an unanswered batch: an echo, not lost state"
+        );
+        // Resent alone, with everything before it acknowledged, the same
+        // error means the broker lost the producer's state.
+        book.on_sent(&"a", second);
+        assert_eq!(
+            book.on_failed(&"a", second, OUT_OF_ORDER_SEQUENCE_NUMBER, false),
+            FailureAction::FailAndResetProducer
+        );
+    }
+
+    #[test]
     fn non_retriable_errors_fail_and_old_generation_batches_get_new_sequences() {
         let mut book = SequenceBook::new(true, 5);
         let t = book.assign(&"a", None, 1);
         book.on_sent(&"a", t);
-        // MESSAGE_TOO_LARGE is final.
-        assert_eq!(book.on_failed(&"a", t, 10, false), FailureAction::Fail);
+        // MESSAGE_TOO_LARGE is final, and leaves a gap in the sequences.
+        assert_eq!(
+            book.on_failed(&"a", t, 10, false),
+            FailureAction::FailAndResetProducer
+        );
+        let mut plain = SequenceBook::new(false, 5);
+        plain.on_sent(&"a", None);
+        assert_eq!(plain.on_failed(&"a", None, 10, false), FailureAction::Fail);
         let t = book.assign(&"a", None, 1);
         book.on_sent(&"a", t);
         book.reset();
