@@ -280,3 +280,71 @@ async fn the_request_log_records_every_request() {
     );
     assert_eq!(log[0].connection_id, log[1].connection_id);
 }
+
+#[tokio::test]
+async fn replicated_partitions_fail_over_and_unreplicated_ones_go_offline() {
+    let cluster = Cluster::builder().brokers(3).build().await.unwrap();
+    cluster
+        .create_replicated_topic("r", 3, 3, [] as [(&str, &str); 0])
+        .await
+        .unwrap();
+    cluster
+        .create_topic("single", 3, [] as [(&str, &str); 0])
+        .await
+        .unwrap();
+    let mut c0 = TestClient::new(cluster.connect_duplex(0).await.unwrap(), "p");
+    c0.call(
+        PV,
+        &produce_request("r", 0, batch(&["kept"], PLAIN), -1, None),
+    )
+    .await;
+
+    cluster.kill_broker(0, DataOnRestart::Lose).await.unwrap();
+    let mut c1 = TestClient::new(cluster.connect_duplex(1).await.unwrap(), "p");
+    let md = c1
+        .call(12, &MetadataRequest::default().with_topics(None))
+        .await;
+    let leader_of =
+        |md: &weir_protocol::kafka_protocol::messages::MetadataResponse, topic: &str, p: usize| {
+            let t = md
+                .topics
+                .iter()
+                .find(|t| t.name.as_ref().unwrap().as_str() == topic)
+                .unwrap();
+            (
+                t.partitions[p].leader_id.0,
+                t.partitions[p].leader_epoch,
+                t.partitions[p].error_code,
+            )
+        };
+    assert_eq!(
+        leader_of(&md, "r", 0),
+        (1, 1, 0),
+        "the next replica took over"
+    );
+    assert_eq!(
+        leader_of(&md, "single", 0),
+        (-1, 0, 5),
+        "no other replica: offline"
+    );
+    let resp = c1.call(12, &fetch_request("r", 0, 0)).await;
+    assert_eq!(
+        values(resp.responses[0].partitions[0].records.as_ref().unwrap()),
+        vec![(0, "kept".into())]
+    );
+
+    cluster.restart_broker(0).await.unwrap();
+    let md = c1
+        .call(12, &MetadataRequest::default().with_topics(None))
+        .await;
+    assert_eq!(
+        leader_of(&md, "single", 0),
+        (0, 1, 0),
+        "back online, with a new epoch"
+    );
+    assert_eq!(
+        leader_of(&md, "r", 0),
+        (1, 1, 0),
+        "a failed-over partition stays where it is"
+    );
+}

@@ -221,6 +221,43 @@ impl Cluster {
         .await?
     }
 
+    /// Like [`Cluster::create_topic`], with `replication_factor` replicas
+    /// per partition: when a broker is killed, its partitions fail over to
+    /// the next live replica instead of going offline.
+    ///
+    /// # Errors
+    /// [`TestkitError::Kafka`] with the code CreateTopics would return.
+    pub async fn create_replicated_topic<K, V>(
+        &self,
+        name: &str,
+        partitions: i32,
+        replication_factor: i16,
+        configs: impl IntoIterator<Item = (K, V)>,
+    ) -> Result<()>
+    where
+        K: Into<String>,
+        V: Into<String>,
+    {
+        let configs: BTreeMap<String, String> = configs
+            .into_iter()
+            .map(|(k, v)| (k.into(), v.into()))
+            .collect();
+        let name = name.to_owned();
+        self.with_state(move |s| {
+            super::topic_configs::validate(&configs)
+                .and_then(|()| {
+                    s.create_topic(&name, partitions, replication_factor, configs)
+                        .map(|_| ())
+                })
+                .map_err(|(code, message)| TestkitError::Kafka {
+                    operation: format!("creating topic {name}"),
+                    code,
+                    message,
+                })
+        })
+        .await?
+    }
+
     /// The log start offset, last stable offset and high watermark of a partition.
     ///
     /// # Errors
@@ -303,9 +340,11 @@ impl Cluster {
         .await?
     }
 
-    /// Stops a broker: its listener closes and its connections drop. With
-    /// [`DataOnRestart::Lose`], the logs of the partitions it leads are
-    /// emptied, as if its disk were wiped.
+    /// Stops a broker: its listener closes and its connections drop. Each
+    /// partition it led moves to its next live replica (leader epoch + 1);
+    /// a partition with no other live replica goes offline (Metadata reports
+    /// `LEADER_NOT_AVAILABLE`) and, with [`DataOnRestart::Lose`], comes back
+    /// empty, as if the broker's disk were wiped.
     ///
     /// # Errors
     /// [`TestkitError::UnknownBroker`].
@@ -318,20 +357,24 @@ impl Cluster {
             b.alive = false;
             b.listener = None;
             s.connections.retain(|_, c| c.broker != broker);
+            let moved = s.fail_over_from(broker);
             if data == DataOnRestart::Lose {
+                // Only partitions with no other live replica lose their data:
+                // the others are on a follower that took over.
                 for topic in s.topics.values_mut() {
                     for p in topic.partitions.iter_mut().filter(|p| p.leader == broker) {
                         p.log = PartitionLog::new();
                     }
                 }
             }
-            info!(broker, ?data, "broker killed");
+            info!(broker, ?data, moved, "broker killed");
             Ok(())
         })
         .await?
     }
 
-    /// Restarts a killed broker on the same port.
+    /// Restarts a killed broker on the same port; offline partitions that
+    /// have it as a replica get it as their leader again.
     ///
     /// # Errors
     /// [`TestkitError::UnknownBroker`] or [`TestkitError::Io`] if the port
@@ -355,7 +398,8 @@ impl Cluster {
                 .map_err(|e| TestkitError::io("registering listener", e))?;
             b.listener = Some(spawn_listener(listener, broker, shared));
             b.alive = true;
-            info!(broker, "broker restarted");
+            let elected = s.elect_offline_partitions(broker);
+            info!(broker, elected, "broker restarted");
             Ok(())
         })
         .await?

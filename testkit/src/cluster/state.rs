@@ -355,6 +355,59 @@ impl ClusterState {
             .ok_or((ResponseError::UnknownServerError.code(), String::new()))
     }
 
+    /// Moves every partition led by the dead `broker` to its first live
+    /// replica, bumping the leader epoch, as the controller would. Returns
+    /// how many moved; partitions with no live replica stay offline.
+    pub fn fail_over_from(&mut self, broker: i32) -> usize {
+        let alive: Vec<bool> = self.brokers.iter().map(|b| b.alive).collect();
+        let is_alive = |id: i32| {
+            usize::try_from(id)
+                .ok()
+                .and_then(|i| alive.get(i))
+                .copied()
+                .unwrap_or(false)
+        };
+        let mut moved = 0;
+        for topic in self.topics.values_mut() {
+            for p in topic.partitions.iter_mut().filter(|p| p.leader == broker) {
+                if let Some(&next) = p.replicas.iter().find(|&&r| r != broker && is_alive(r)) {
+                    p.leader = next;
+                    p.leader_epoch += 1;
+                    moved += 1;
+                }
+            }
+        }
+        crate::handlers::fetch::wake_waiting(self, Instant::now());
+        moved
+    }
+
+    /// Gives offline partitions that have `broker` as a replica their
+    /// leader back once it restarts. Returns how many were elected.
+    pub fn elect_offline_partitions(&mut self, broker: i32) -> usize {
+        let alive: Vec<bool> = self.brokers.iter().map(|b| b.alive).collect();
+        let is_alive = |id: i32| {
+            usize::try_from(id)
+                .ok()
+                .and_then(|i| alive.get(i))
+                .copied()
+                .unwrap_or(false)
+        };
+        let mut elected = 0;
+        for topic in self.topics.values_mut() {
+            for p in &mut topic.partitions {
+                // Its own offline partitions, and those whose leader is
+                // still down, elect it.
+                let offline = p.leader == broker || !is_alive(p.leader);
+                if offline && p.replicas.contains(&broker) {
+                    p.leader = broker;
+                    p.leader_epoch += 1;
+                    elected += 1;
+                }
+            }
+        }
+        elected
+    }
+
     /// Moves a partition's leadership to `to`, bumping its leader epoch.
     ///
     /// # Errors
