@@ -199,6 +199,31 @@ pub enum ClientError {
         /// The partition.
         partition: i32,
     },
+    /// A transactional operation was called in a state that forbids it
+    /// (for example `send` before `begin`). Nothing was sent.
+    #[error("transactional producer {transactional_id}: {operation} is not allowed {state}")]
+    TransactionState {
+        /// The producer's `transactional.id`.
+        transactional_id: String,
+        /// The operation refused.
+        operation: &'static str,
+        /// Why, e.g. "before begin".
+        state: &'static str,
+    },
+    /// A transaction failed. `class` says what the caller must do next:
+    /// see [`crate::transaction::TransactionErrorClass`].
+    #[error("transactional producer {transactional_id}: {operation} failed ({class}): {source}")]
+    Transaction {
+        /// The producer's `transactional.id`.
+        transactional_id: String,
+        /// The operation that failed.
+        operation: &'static str,
+        /// Fatal (drop the producer) or abortable (abort, then go on).
+        class: crate::transaction::TransactionErrorClass,
+        /// The underlying failure.
+        #[source]
+        source: Box<ClientError>,
+    },
 }
 
 fn describe_server_error(

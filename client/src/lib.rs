@@ -7,6 +7,7 @@
 //!   lanes, retries and coordinator lookup ([`cluster::Cluster`]);
 //! - [`admin`]: topics, configs, offsets, cluster and group descriptions;
 //! - [`producer`] and [`consumer`]: records in and out;
+//! - [`transaction`]: exactly-once transactions (KIP-98, KIP-447);
 //! - [`config`]: typed builders and Kafka-named properties;
 //! - [`kerror`]: Kafka's error codes as data.
 //!
@@ -43,6 +44,7 @@ mod error;
 mod fake_broker;
 pub mod kerror;
 pub mod producer;
+pub mod transaction;
 
 pub use cluster::{BrokerId, Cluster, Lane};
 pub use error::{ClientError, Result};

@@ -1,0 +1,565 @@
+//! Transactions: exactly-once consume-transform-produce (KIP-98, KIP-447).
+//!
+//! [`TransactionalProducer`] is a type of its own rather than a mode of
+//! [`Producer`]: its operations only make sense in an order
+//! (`init_transactions`, then `begin` … `commit`/`abort` again and again),
+//! its errors carry a [`TransactionErrorClass`], and a plain producer should
+//! not pay for, or be able to misuse, any of that. Underneath it drives an
+//! ordinary idempotent [`Producer`] whose batches carry the transactional
+//! bit and whose producer id and epoch only this type may change.
+//!
+//! ```no_run
+//! # async fn demo() -> weir_client::Result<()> {
+//! use std::collections::BTreeMap;
+//! use weir_client::config::producer::ProducerConfig;
+//! use weir_client::producer::{ProducerRecord, TopicPartition};
+//! use weir_client::transaction::{GroupMetadata, TransactionConfig, TransactionalProducer};
+//!
+//! let config = ProducerConfig::from_properties(&[("bootstrap.servers", "127.0.0.1:9092")])?;
+//! let producer = TransactionalProducer::new(config, TransactionConfig::new("orders-app-0")).await?;
+//! producer.init_transactions().await?;
+//! producer.begin()?;
+//! producer.send(ProducerRecord::new("out").with_value("v")).await?;
+//! let offsets = BTreeMap::from([(TopicPartition::new("in", 0), 42)]);
+//! let group = GroupMetadata::unchecked("orders-app");
+//! producer.send_offsets_to_transaction(&offsets, &group).await?;
+//! producer.commit().await?;
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! Which failures need what from the caller is documented in [`errors`].
+
+pub mod errors;
+pub mod offsets;
+mod requests;
+mod state;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use tokio::sync::Mutex as AsyncMutex;
+
+pub use errors::TransactionErrorClass;
+pub use offsets::{GroupMetadata, fetch_stable_offsets};
+pub use state::TransactionState;
+
+use self::requests::TxnIdentity;
+use self::state::Progress;
+use crate::cluster::Cluster;
+use crate::config::producer::{ProducerConfig, ProducerOptions};
+use crate::producer::partitioner::partition_for_key;
+use crate::producer::{Producer, ProducerRecord, RecordMetadata, TopicPartition};
+use crate::{ClientError, Result};
+
+/// `transactional.id` and `transaction.timeout.ms`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TransactionConfig {
+    /// Names the producer across restarts: a new instance with the same id
+    /// fences the old one and finishes its open transaction.
+    pub transactional_id: String,
+    /// How long the coordinator lets a transaction stay open before it
+    /// aborts it (default 60 s).
+    pub transaction_timeout: Duration,
+}
+
+impl TransactionConfig {
+    /// The default timeout (60 s) for `transactional_id`.
+    pub fn new(transactional_id: impl Into<String>) -> Self {
+        TransactionConfig {
+            transactional_id: transactional_id.into(),
+            transaction_timeout: Duration::from_secs(60),
+        }
+    }
+
+    /// Sets `transaction.timeout.ms`.
+    pub fn with_timeout(mut self, timeout: Duration) -> Self {
+        self.transaction_timeout = timeout;
+        self
+    }
+
+    /// Takes `transactional.id` and `transaction.timeout.ms` out of
+    /// Kafka-named properties and returns the rest (for the producer).
+    ///
+    /// # Errors
+    /// [`ClientError::InvalidProperty`] for a missing id or a bad timeout.
+    pub fn split_properties<'a>(
+        props: &[(&'a str, &'a str)],
+    ) -> Result<(TransactionConfig, Vec<(&'a str, &'a str)>)> {
+        let mut id = None;
+        let mut timeout = Duration::from_secs(60);
+        let mut rest = Vec::new();
+        for &(k, v) in props {
+            match k {
+                "transactional.id" => id = Some(v.to_owned()),
+                "transaction.timeout.ms" => {
+                    let ms: u64 = v.parse().map_err(|_| ClientError::InvalidProperty {
+                        key: k.to_owned(),
+                        value: v.to_owned(),
+                        expected: "milliseconds".to_owned(),
+                    })?;
+                    timeout = Duration::from_millis(ms);
+                }
+                _ => rest.push((k, v)),
+            }
+        }
+        let id = id
+            .filter(|i| !i.is_empty())
+            .ok_or_else(|| ClientError::InvalidProperty {
+                key: "transactional.id".to_owned(),
+                value: String::new(),
+                expected: "a non-empty transactional id".to_owned(),
+            })?;
+        Ok((TransactionConfig::new(id).with_timeout(timeout), rest))
+    }
+}
+
+/// A producer whose records and consumer offsets commit or abort together.
+///
+/// Every operation takes `&self`, so records can be sent from several tasks
+/// at once; the transaction boundaries (`begin`, `commit`, `abort`) are
+/// the caller's to order. See the [module documentation](self).
+pub struct TransactionalProducer {
+    producer: Producer,
+    config: TransactionConfig,
+    progress: Mutex<Progress>,
+    /// Serialises AddPartitionsToTxn: partitions that wait meanwhile go out
+    /// together in the next request (batching), and no record of a
+    /// partition is produced before the coordinator knows the partition.
+    adding: AsyncMutex<()>,
+    /// Round robin for records with neither a key nor a partition.
+    next_partition: AtomicU32,
+}
+
+impl std::fmt::Debug for TransactionalProducer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TransactionalProducer")
+            .field("transactional_id", &self.config.transactional_id)
+            .field("state", &self.state())
+            .finish_non_exhaustive()
+    }
+}
+
+impl TransactionalProducer {
+    /// Connects and creates the producer. Call
+    /// [`init_transactions`](Self::init_transactions) next.
+    ///
+    /// # Errors
+    /// As [`Producer::new`].
+    pub async fn new(config: ProducerConfig, txn: TransactionConfig) -> Result<Self> {
+        config.validate()?;
+        let cluster = Cluster::connect(config.client).await?;
+        Self::with_cluster(cluster, config.producer, txn)
+    }
+
+    /// Creates the producer on an existing cluster handle. Idempotence is
+    /// forced on: transactions need it.
+    ///
+    /// # Errors
+    /// [`ClientError::InvalidProperty`] for options a transactional producer
+    /// cannot have (`enable.idempotence=false`, `acks` other than `all`).
+    pub fn with_cluster(
+        cluster: Cluster,
+        mut options: ProducerOptions,
+        txn: TransactionConfig,
+    ) -> Result<Self> {
+        if options.enable_idempotence == Some(false) {
+            return Err(ClientError::InvalidProperty {
+                key: "enable.idempotence".to_owned(),
+                value: "false".to_owned(),
+                expected: "true with a transactional.id".to_owned(),
+            });
+        }
+        options.enable_idempotence = Some(true);
+        let producer =
+            Producer::start_transactional(cluster, options, txn.transactional_id.clone())?;
+        Ok(TransactionalProducer {
+            producer,
+            config: txn,
+            progress: Mutex::new(Progress::new()),
+            adding: AsyncMutex::new(()),
+            next_partition: AtomicU32::new(0),
+        })
+    }
+
+    /// Where the transaction stands.
+    pub fn state(&self) -> TransactionState {
+        self.lock().state
+    }
+
+    /// The `transactional.id`.
+    pub fn transactional_id(&self) -> &str {
+        &self.config.transactional_id
+    }
+
+    /// The cluster handle this producer sends through.
+    pub fn cluster(&self) -> &Cluster {
+        self.producer.cluster()
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Progress> {
+        // Every mutation of `Progress` is a single step.
+        self.progress.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn identity(&self) -> TxnIdentity {
+        let p = self.lock();
+        TxnIdentity {
+            transactional_id: self.config.transactional_id.clone(),
+            producer_id: p.producer_id,
+            epoch: p.epoch,
+        }
+    }
+
+    /// Wraps `source` as a transaction failure of its class, and moves the
+    /// state to match (fatal sticks; abortable until `abort`).
+    fn fail(&self, operation: &'static str, source: ClientError) -> ClientError {
+        let class = errors::classify(&source);
+        {
+            let mut p = self.lock();
+            match class {
+                TransactionErrorClass::Fatal => {
+                    p.state = TransactionState::Fatal;
+                    p.fatal_cause = source.kafka_code().map(|c| c.code);
+                }
+                TransactionErrorClass::Abortable if p.state == TransactionState::InTransaction => {
+                    p.state = TransactionState::Abortable;
+                }
+                _ => {}
+            }
+        }
+        tracing::warn!(
+            transactional_id = %self.config.transactional_id,
+            operation,
+            %class,
+            error = %source,
+            "transactional operation failed"
+        );
+        ClientError::Transaction {
+            transactional_id: self.config.transactional_id.clone(),
+            operation,
+            class,
+            source: Box::new(source),
+        }
+    }
+
+    fn refuse(&self, operation: &'static str) -> ClientError {
+        let p = self.lock();
+        state::refusal(
+            &self.config.transactional_id,
+            operation,
+            p.state,
+            p.fatal_cause,
+        )
+    }
+
+    /// Registers the transactional id with its coordinator: InitProducerId
+    /// bumps the epoch, which fences any older instance with the same id
+    /// and aborts the transaction it left open. Must be called once, first.
+    ///
+    /// # Errors
+    /// [`ClientError::TransactionState`] if called twice;
+    /// [`ClientError::Transaction`] (fatal when fenced or refused).
+    pub async fn init_transactions(&self) -> Result<()> {
+        if self.state() != TransactionState::Uninitialized {
+            return Err(self.refuse("init_transactions"));
+        }
+        self.new_epoch("init_transactions").await
+    }
+
+    async fn new_epoch(&self, operation: &'static str) -> Result<()> {
+        let timeout_ms =
+            i32::try_from(self.config.transaction_timeout.as_millis()).unwrap_or(i32::MAX);
+        let (pid, epoch) =
+            requests::init_producer_id(self.cluster(), &self.config.transactional_id, timeout_ms)
+                .await
+                .map_err(|e| self.fail(operation, e))?;
+        self.producer.set_identity(pid, epoch);
+        let mut p = self.lock();
+        p.producer_id = pid;
+        p.epoch = epoch;
+        p.state = TransactionState::Ready;
+        tracing::debug!(transactional_id = %self.config.transactional_id, producer_id = pid, epoch, "transactions initialised");
+        Ok(())
+    }
+
+    /// Starts a transaction. Nothing goes to the coordinator until the
+    /// first record or offsets.
+    ///
+    /// # Errors
+    /// [`ClientError::TransactionState`] unless the previous transaction
+    /// ended (or `init_transactions` just ran).
+    pub fn begin(&self) -> Result<()> {
+        let mut p = self.lock();
+        if p.state != TransactionState::Ready {
+            drop(p);
+            return Err(self.refuse("begin"));
+        }
+        p.start_transaction();
+        Ok(())
+    }
+
+    fn require_open(&self, operation: &'static str) -> Result<()> {
+        if self.state() == TransactionState::InTransaction {
+            Ok(())
+        } else {
+            Err(self.refuse(operation))
+        }
+    }
+
+    /// Sends `record` in the current transaction and waits for the broker
+    /// to acknowledge it. Its partition joins the transaction first
+    /// (AddPartitionsToTxn), batched with partitions other callers need at
+    /// the same moment. Acknowledged is not committed: read_committed
+    /// consumers see the record only after [`commit`](Self::commit).
+    ///
+    /// # Errors
+    /// [`ClientError::TransactionState`] outside a transaction;
+    /// [`ClientError::Transaction`]: abortable when the record could not be
+    /// written, fatal when fenced.
+    pub async fn send(&self, record: ProducerRecord) -> Result<RecordMetadata> {
+        let delivery = self.enqueue(record).await?;
+        delivery.await
+    }
+
+    /// Like [`send`](Self::send), but returns once the record is buffered;
+    /// the future gives its outcome. [`commit`](Self::commit) waits for
+    /// every record either way and refuses to commit if one failed.
+    ///
+    /// # Errors
+    /// As [`send`](Self::send).
+    pub async fn enqueue(
+        &self,
+        mut record: ProducerRecord,
+    ) -> Result<impl std::future::Future<Output = Result<RecordMetadata>> + use<>> {
+        self.require_open("send")?;
+        let partition = match record.partition {
+            Some(p) => p,
+            None => self.choose_partition(&record).await?,
+        };
+        record.partition = Some(partition);
+        let tp = TopicPartition::new(record.topic.clone(), partition);
+        self.ensure_in_transaction(&tp).await?;
+        let delivery = self
+            .producer
+            .enqueue(record)
+            .await
+            .map_err(|e| self.fail("send", e))?;
+        let outcome = Arc::clone(&self.lock().outcome);
+        outcome.pending.fetch_add(1, Ordering::AcqRel);
+        let id = self.config.transactional_id.clone();
+        // A task per record, so that the outcome is recorded for `commit`
+        // even when the caller drops the future it was given.
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        tokio::spawn(async move {
+            let result = delivery.await;
+            outcome.record(&result);
+            let _ = tx.send(result);
+        });
+        Ok(async move {
+            let result = rx.await.unwrap_or(Err(ClientError::Closed));
+            result.map_err(|e| ClientError::Transaction {
+                class: errors::classify(&e).for_record(),
+                transactional_id: id,
+                operation: "send",
+                source: Box::new(e),
+            })
+        })
+    }
+
+    async fn choose_partition(&self, record: &ProducerRecord) -> Result<i32> {
+        let cluster = self.cluster();
+        let count = cluster
+            .retry("producer metadata", || {
+                cluster.partition_count(&record.topic)
+            })
+            .await
+            .map_err(|e| self.fail("send", e))?;
+        let count = i32::try_from(count).unwrap_or(i32::MAX).max(1);
+        Ok(match &record.key {
+            Some(key) => partition_for_key(key, count),
+            None => {
+                let n = self.next_partition.fetch_add(1, Ordering::Relaxed);
+                i32::try_from(n % count.unsigned_abs()).unwrap_or(0)
+            }
+        })
+    }
+
+    /// Makes sure `tp` is part of the transaction before any of its
+    /// records is produced (else the broker refuses them).
+    async fn ensure_in_transaction(&self, tp: &TopicPartition) -> Result<()> {
+        {
+            let mut p = self.lock();
+            if p.partitions.contains(tp) {
+                return Ok(());
+            }
+            p.waiting.insert(tp.clone());
+        }
+        let _turn = self.adding.lock().await;
+        let batch: Vec<TopicPartition> = {
+            let mut p = self.lock();
+            if p.partitions.contains(tp) {
+                return Ok(());
+            }
+            std::mem::take(&mut p.waiting).into_iter().collect()
+        };
+        self.require_open("send")?;
+        let id = self.identity();
+        match requests::add_partitions(self.cluster(), &id, &batch).await {
+            Ok(()) => {
+                let mut p = self.lock();
+                p.partitions.extend(batch);
+                p.coordinator_knows = true;
+                Ok(())
+            }
+            Err(e) => Err(self.fail("send", e)),
+        }
+    }
+
+    /// Puts consumer offsets into the transaction: they commit with its
+    /// records or not at all. AddOffsetsToTxn to the transaction
+    /// coordinator, then TxnOffsetCommit to the group coordinator with
+    /// `group`'s generation, member id and instance id, which the
+    /// coordinator checks so that a zombie that lost its partitions cannot
+    /// commit for them.
+    ///
+    /// # Errors
+    /// [`ClientError::TransactionState`] outside a transaction;
+    /// [`ClientError::Transaction`], abortable for a stale membership
+    /// (`ILLEGAL_GENERATION`, `UNKNOWN_MEMBER_ID`, `FENCED_INSTANCE_ID`),
+    /// fatal when fenced.
+    pub async fn send_offsets_to_transaction(
+        &self,
+        offsets: &BTreeMap<TopicPartition, i64>,
+        group: &GroupMetadata,
+    ) -> Result<()> {
+        self.require_open("send_offsets_to_transaction")?;
+        let id = self.identity();
+        let added = self.lock().groups.contains(&group.group_id);
+        if !added {
+            requests::add_offsets(self.cluster(), &id, &group.group_id)
+                .await
+                .map_err(|e| self.fail("send_offsets_to_transaction", e))?;
+            let mut p = self.lock();
+            p.groups.insert(group.group_id.clone());
+            p.coordinator_knows = true;
+        }
+        requests::txn_offset_commit(self.cluster(), &id, group, offsets)
+            .await
+            .map_err(|e| self.fail("send_offsets_to_transaction", e))
+    }
+
+    /// Sends every buffered record, then commits the transaction (EndTxn):
+    /// its records and offsets become visible together.
+    ///
+    /// Idempotent under retry: after a [`Retriable`](TransactionErrorClass::Retriable)
+    /// failure the state stays `Committing` and calling `commit` again
+    /// finishes the same commit.
+    ///
+    /// # Errors
+    /// [`ClientError::TransactionState`] outside a transaction;
+    /// [`ClientError::Transaction`]: abortable when a record of the
+    /// transaction failed (nothing was committed), fatal when fenced,
+    /// retriable when the coordinator stayed unreachable.
+    pub async fn commit(&self) -> Result<()> {
+        self.end("commit", true).await
+    }
+
+    /// Aborts the transaction: none of its records or offsets ever become
+    /// visible to read_committed consumers. Also the way out of an
+    /// abortable error. Idempotent under retry like [`commit`](Self::commit).
+    ///
+    /// # Errors
+    /// [`ClientError::TransactionState`] when no transaction is open;
+    /// [`ClientError::Transaction`], fatal when fenced, retriable when the
+    /// coordinator stayed unreachable.
+    pub async fn abort(&self) -> Result<()> {
+        self.end("abort", false).await
+    }
+
+    async fn end(&self, operation: &'static str, commit: bool) -> Result<()> {
+        let allowed = {
+            let mut p = self.lock();
+            match (p.state, commit) {
+                (TransactionState::InTransaction, true) | (TransactionState::Committing, true) => {
+                    p.state = TransactionState::Committing;
+                    true
+                }
+                (
+                    TransactionState::InTransaction
+                    | TransactionState::Abortable
+                    | TransactionState::Aborting,
+                    false,
+                ) => {
+                    p.state = TransactionState::Aborting;
+                    true
+                }
+                _ => false,
+            }
+        };
+        if !allowed {
+            return Err(self.refuse(operation));
+        }
+        // Every record must have its outcome before EndTxn: a commit with
+        // a record still in flight could leave it out of the transaction.
+        self.producer.flush().await;
+        let outcome = Arc::clone(&self.lock().outcome);
+        outcome.wait_settled().await;
+        if let Some((class, code)) = outcome.first_failure()
+            && (commit || class == TransactionErrorClass::Fatal)
+        {
+            let source = match code {
+                Some(code) => ClientError::server(code, weir_protocol::ApiKey::Produce),
+                None => ClientError::TransactionState {
+                    transactional_id: self.config.transactional_id.clone(),
+                    operation,
+                    state: "after a record of the transaction could not be delivered",
+                },
+            };
+            let mut p = self.lock();
+            p.state = if class == TransactionErrorClass::Fatal {
+                p.fatal_cause = code;
+                TransactionState::Fatal
+            } else {
+                TransactionState::Abortable
+            };
+            drop(p);
+            return Err(ClientError::Transaction {
+                transactional_id: self.config.transactional_id.clone(),
+                operation,
+                class,
+                source: Box::new(source),
+            });
+        }
+        let knows = self.lock().coordinator_knows;
+        if knows {
+            let id = self.identity();
+            if let Err(e) = requests::end_txn(self.cluster(), &id, commit).await {
+                return Err(self.fail(operation, e));
+            }
+        }
+        let records_failed = outcome.first_failure().is_some();
+        self.lock().state = TransactionState::Ready;
+        tracing::debug!(transactional_id = %self.config.transactional_id, commit, "transaction ended");
+        if records_failed {
+            // A failed batch may have left the partition's sequence out of
+            // step with the broker: start the next transaction on a new
+            // epoch, where every sequence starts at 0 again.
+            self.new_epoch(operation).await?;
+        }
+        Ok(())
+    }
+
+    /// Flushes, then stops the underlying producer. An open transaction is
+    /// left to the coordinator (the next instance, or the timeout, aborts it).
+    pub async fn close(&self) {
+        self.producer.close().await;
+    }
+
+    /// Partitions in the current transaction (for tests and diagnostics).
+    pub fn partitions_in_transaction(&self) -> BTreeSet<TopicPartition> {
+        self.lock().partitions.iter().cloned().collect()
+    }
+}

@@ -1,0 +1,285 @@
+//! The transaction coordinator's and group coordinator's requests, each
+//! retried on the errors Kafka retries (`CONCURRENT_TRANSACTIONS`, a
+//! coordinator that moved or is loading, a lost connection).
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::time::Instant;
+
+use weir_protocol::ApiKey;
+use weir_protocol::kafka_protocol::messages::add_partitions_to_txn_request::AddPartitionsToTxnTopic;
+use weir_protocol::kafka_protocol::messages::txn_offset_commit_request::{
+    TxnOffsetCommitRequestPartition, TxnOffsetCommitRequestTopic,
+};
+use weir_protocol::kafka_protocol::messages::{
+    AddOffsetsToTxnRequest, AddPartitionsToTxnRequest, EndTxnRequest, GroupId,
+    InitProducerIdRequest, ProducerId, TopicName, TransactionalId, TxnOffsetCommitRequest,
+};
+use weir_protocol::kafka_protocol::protocol::StrBytes;
+
+use super::errors::{TransactionErrorClass, classify, coordinator_moved};
+use super::offsets::GroupMetadata;
+use crate::cluster::{Backoff, BrokerId, CoordinatorKind, Lane};
+use crate::kerror::codes;
+use crate::producer::TopicPartition;
+use crate::{ClientError, Cluster, Result};
+
+/// Who the requests speak for.
+#[derive(Debug, Clone)]
+pub(crate) struct TxnIdentity {
+    pub transactional_id: String,
+    pub producer_id: i64,
+    pub epoch: i16,
+}
+
+impl TxnIdentity {
+    fn wire_id(&self) -> TransactionalId {
+        TransactionalId(StrBytes::from_string(self.transactional_id.clone()))
+    }
+}
+
+/// Runs `op` against the current coordinator for (`kind`, `key`) until it
+/// succeeds, fails with a non-retriable error, or `default.api.timeout.ms`
+/// runs out.
+async fn with_retries<T, F, Fut>(
+    cluster: &Cluster,
+    kind: CoordinatorKind,
+    key: &str,
+    what: &'static str,
+    mut op: F,
+) -> Result<T>
+where
+    F: FnMut(BrokerId) -> Fut,
+    Fut: Future<Output = Result<T>>,
+{
+    let config = cluster.config();
+    let backoff = Backoff::new(config.retry_backoff, config.retry_backoff_max);
+    let deadline = Instant::now() + config.default_api_timeout;
+    let mut failures = 0u32;
+    loop {
+        let result = match cluster.find_coordinator(kind, key).await {
+            Ok(broker) => op(broker).await,
+            Err(e) => Err(e),
+        };
+        let err = match result {
+            Ok(v) => return Ok(v),
+            Err(e) => e,
+        };
+        if classify(&err) != TransactionErrorClass::Retriable {
+            return Err(err);
+        }
+        if coordinator_moved(&err) {
+            cluster.invalidate_coordinator(kind, key);
+        }
+        failures += 1;
+        let delay = backoff.delay(failures);
+        if Instant::now() + delay >= deadline {
+            return Err(ClientError::RetriesExhausted {
+                what: format!("{what} for {key}"),
+                attempts: failures,
+                last: Box::new(err),
+            });
+        }
+        tracing::debug!(what, key, attempt = failures, error = %err, "retrying");
+        tokio::time::sleep(delay).await;
+    }
+}
+
+/// InitProducerId for `transactional_id`: a new epoch, which fences every
+/// older instance and aborts (or completes) the transaction it left open.
+pub(crate) async fn init_producer_id(
+    cluster: &Cluster,
+    transactional_id: &str,
+    timeout_ms: i32,
+) -> Result<(i64, i16)> {
+    let request = InitProducerIdRequest::default()
+        .with_transactional_id(Some(TransactionalId(StrBytes::from_string(
+            transactional_id.to_owned(),
+        ))))
+        .with_transaction_timeout_ms(timeout_ms)
+        .with_producer_id(ProducerId(-1))
+        .with_producer_epoch(-1);
+    with_retries(
+        cluster,
+        CoordinatorKind::Transaction,
+        transactional_id,
+        "InitProducerId",
+        |broker| {
+            let request = &request;
+            async move {
+                let r = cluster.request(broker, Lane::Coordinator, request).await?;
+                ClientError::check(r.error_code, ApiKey::InitProducerId, None, None)?;
+                Ok((r.producer_id.0, r.producer_epoch))
+            }
+        },
+    )
+    .await
+}
+
+/// AddPartitionsToTxn for all of `partitions` in one request.
+pub(crate) async fn add_partitions(
+    cluster: &Cluster,
+    id: &TxnIdentity,
+    partitions: &[TopicPartition],
+) -> Result<()> {
+    let mut by_topic: BTreeMap<&str, Vec<i32>> = BTreeMap::new();
+    for tp in partitions {
+        by_topic.entry(&tp.topic).or_default().push(tp.partition);
+    }
+    let topics: Vec<AddPartitionsToTxnTopic> = by_topic
+        .into_iter()
+        .map(|(topic, parts)| {
+            AddPartitionsToTxnTopic::default()
+                .with_name(TopicName(StrBytes::from_string(topic.to_owned())))
+                .with_partitions(parts)
+        })
+        .collect();
+    let request = AddPartitionsToTxnRequest::default()
+        .with_v3_and_below_transactional_id(id.wire_id())
+        .with_v3_and_below_producer_id(ProducerId(id.producer_id))
+        .with_v3_and_below_producer_epoch(id.epoch)
+        .with_v3_and_below_topics(topics);
+    with_retries(
+        cluster,
+        CoordinatorKind::Transaction,
+        &id.transactional_id,
+        "AddPartitionsToTxn",
+        |broker| {
+            let request = &request;
+            async move {
+                let r = cluster.request(broker, Lane::Coordinator, request).await?;
+                ClientError::check(r.error_code, ApiKey::AddPartitionsToTxn, None, None)?;
+                // OPERATION_NOT_ATTEMPTED only says another partition failed:
+                // report the one that did.
+                let mut first: Option<ClientError> = None;
+                for t in &r.results_by_topic_v3_and_below {
+                    for p in &t.results_by_partition {
+                        if let Err(e) = ClientError::check(
+                            p.partition_error_code,
+                            ApiKey::AddPartitionsToTxn,
+                            Some(&t.name.0),
+                            Some(p.partition_index),
+                        ) {
+                            let not_attempted =
+                                p.partition_error_code == codes::OPERATION_NOT_ATTEMPTED;
+                            if first.is_none() || !not_attempted {
+                                first = Some(e);
+                            }
+                        }
+                    }
+                }
+                first.map_or(Ok(()), Err)
+            }
+        },
+    )
+    .await
+}
+
+/// AddOffsetsToTxn: puts `group`'s offsets partition into the transaction.
+pub(crate) async fn add_offsets(cluster: &Cluster, id: &TxnIdentity, group: &str) -> Result<()> {
+    let request = AddOffsetsToTxnRequest::default()
+        .with_transactional_id(id.wire_id())
+        .with_producer_id(ProducerId(id.producer_id))
+        .with_producer_epoch(id.epoch)
+        .with_group_id(GroupId(StrBytes::from_string(group.to_owned())));
+    with_retries(
+        cluster,
+        CoordinatorKind::Transaction,
+        &id.transactional_id,
+        "AddOffsetsToTxn",
+        |broker| {
+            let request = &request;
+            async move {
+                let r = cluster.request(broker, Lane::Coordinator, request).await?;
+                ClientError::check(r.error_code, ApiKey::AddOffsetsToTxn, Some(group), None)
+            }
+        },
+    )
+    .await
+}
+
+/// TxnOffsetCommit to the group coordinator, carrying the group metadata so
+/// that the coordinator refuses a zombie (KIP-447).
+pub(crate) async fn txn_offset_commit(
+    cluster: &Cluster,
+    id: &TxnIdentity,
+    group: &GroupMetadata,
+    offsets: &BTreeMap<TopicPartition, i64>,
+) -> Result<()> {
+    let mut by_topic: BTreeMap<&str, Vec<TxnOffsetCommitRequestPartition>> = BTreeMap::new();
+    for (tp, offset) in offsets {
+        by_topic.entry(&tp.topic).or_default().push(
+            TxnOffsetCommitRequestPartition::default()
+                .with_partition_index(tp.partition)
+                .with_committed_offset(*offset)
+                .with_committed_leader_epoch(-1)
+                .with_committed_metadata(Some(StrBytes::from_static_str(""))),
+        );
+    }
+    let topics: Vec<TxnOffsetCommitRequestTopic> = by_topic
+        .into_iter()
+        .map(|(topic, partitions)| {
+            TxnOffsetCommitRequestTopic::default()
+                .with_name(TopicName(StrBytes::from_string(topic.to_owned())))
+                .with_partitions(partitions)
+        })
+        .collect();
+    let request = TxnOffsetCommitRequest::default()
+        .with_transactional_id(id.wire_id())
+        .with_group_id(GroupId(StrBytes::from_string(group.group_id.clone())))
+        .with_producer_id(ProducerId(id.producer_id))
+        .with_producer_epoch(id.epoch)
+        .with_generation_id(group.generation_id)
+        .with_member_id(StrBytes::from_string(group.member_id.clone()))
+        .with_group_instance_id(group.group_instance_id.clone().map(StrBytes::from_string))
+        .with_topics(topics);
+    with_retries(
+        cluster,
+        CoordinatorKind::Group,
+        &group.group_id,
+        "TxnOffsetCommit",
+        |broker| {
+            let request = &request;
+            async move {
+                let r = cluster.request(broker, Lane::Coordinator, request).await?;
+                for t in &r.topics {
+                    for p in &t.partitions {
+                        ClientError::check(
+                            p.error_code,
+                            ApiKey::TxnOffsetCommit,
+                            Some(&t.name.0),
+                            Some(p.partition_index),
+                        )?;
+                    }
+                }
+                Ok(())
+            }
+        },
+    )
+    .await
+}
+
+/// EndTxn: commit or abort. Retried as a whole: the coordinator answers a
+/// repeated EndTxn of a transaction it already ended the same way with
+/// success, so a lost response does no harm.
+pub(crate) async fn end_txn(cluster: &Cluster, id: &TxnIdentity, commit: bool) -> Result<()> {
+    let request = EndTxnRequest::default()
+        .with_transactional_id(id.wire_id())
+        .with_producer_id(ProducerId(id.producer_id))
+        .with_producer_epoch(id.epoch)
+        .with_committed(commit);
+    with_retries(
+        cluster,
+        CoordinatorKind::Transaction,
+        &id.transactional_id,
+        "EndTxn",
+        |broker| {
+            let request = &request;
+            async move {
+                let r = cluster.request(broker, Lane::Coordinator, request).await?;
+                ClientError::check(r.error_code, ApiKey::EndTxn, None, None)
+            }
+        },
+    )
+    .await
+}

@@ -1,0 +1,173 @@
+//! Where a transactional producer stands, and what each state refuses.
+
+use std::collections::{BTreeSet, HashSet};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use tokio::sync::Notify;
+use weir_protocol::ApiKey;
+
+use super::errors::{TransactionErrorClass, classify};
+use crate::ClientError;
+use crate::producer::{RecordMetadata, TopicPartition};
+
+/// The state machine of a [`TransactionalProducer`](super::TransactionalProducer).
+///
+/// ```text
+/// Uninitialized --init_transactions--> Ready --begin--> InTransaction
+/// InTransaction --commit--> Committing --EndTxn ok--> Ready
+/// InTransaction | Abortable --abort--> Aborting --EndTxn ok--> Ready
+/// InTransaction --abortable error--> Abortable
+/// any --fenced--> Fatal (final)
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum TransactionState {
+    /// `init_transactions` has not succeeded yet.
+    Uninitialized,
+    /// No transaction is open; `begin` may start one.
+    Ready,
+    /// A transaction is open.
+    InTransaction,
+    /// A commit started and has not finished; `commit` again finishes it.
+    Committing,
+    /// An abort started and has not finished; `abort` again finishes it.
+    Aborting,
+    /// The open transaction failed; only `abort` is allowed.
+    Abortable,
+    /// The producer was fenced or refused for good; drop it.
+    Fatal,
+}
+
+impl TransactionState {
+    fn describe(self) -> &'static str {
+        match self {
+            TransactionState::Uninitialized => "before init_transactions",
+            TransactionState::Ready => "outside a transaction (call begin first)",
+            TransactionState::InTransaction => "inside an open transaction",
+            TransactionState::Committing => "while a commit is unfinished (call commit again)",
+            TransactionState::Aborting => "while an abort is unfinished (call abort again)",
+            TransactionState::Abortable => "after an abortable error (call abort)",
+            TransactionState::Fatal => "after a fatal error (drop the producer)",
+        }
+    }
+}
+
+/// Why an operation is refused in `state`.
+pub(super) fn refusal(
+    transactional_id: &str,
+    operation: &'static str,
+    state: TransactionState,
+    fatal_cause: Option<i16>,
+) -> ClientError {
+    let refused = ClientError::TransactionState {
+        transactional_id: transactional_id.to_owned(),
+        operation,
+        state: state.describe(),
+    };
+    match state {
+        // Callers match on the class: these two keep saying what to do.
+        TransactionState::Fatal | TransactionState::Abortable => ClientError::Transaction {
+            transactional_id: transactional_id.to_owned(),
+            operation,
+            class: if state == TransactionState::Fatal {
+                TransactionErrorClass::Fatal
+            } else {
+                TransactionErrorClass::Abortable
+            },
+            source: Box::new(match fatal_cause {
+                Some(code) if state == TransactionState::Fatal => {
+                    ClientError::server(code, ApiKey::InitProducerId)
+                }
+                _ => refused,
+            }),
+        },
+        _ => refused,
+    }
+}
+
+/// The outcome of the current transaction's records.
+#[derive(Debug, Default)]
+pub(super) struct Outcome {
+    /// Records whose outcome is not known yet.
+    pub pending: AtomicUsize,
+    settled: Notify,
+    /// The first failure: its class and Kafka code.
+    failure: Mutex<Option<(TransactionErrorClass, Option<i16>)>>,
+}
+
+impl Outcome {
+    pub fn record(&self, result: &crate::Result<RecordMetadata>) {
+        if let Err(e) = result {
+            let mut f = self.failure.lock().unwrap_or_else(|e| e.into_inner());
+            if f.is_none() {
+                *f = Some((classify(e).for_record(), e.kafka_code().map(|c| c.code)));
+            }
+        }
+        if self.pending.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.settled.notify_waiters();
+        }
+    }
+
+    pub async fn wait_settled(&self) {
+        loop {
+            let settled = self.settled.notified();
+            tokio::pin!(settled);
+            settled.as_mut().enable();
+            if self.pending.load(Ordering::Acquire) == 0 {
+                return;
+            }
+            settled.await;
+        }
+    }
+
+    pub fn first_failure(&self) -> Option<(TransactionErrorClass, Option<i16>)> {
+        *self.failure.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// Everything about the current transaction, under one lock never held
+/// across an await.
+#[derive(Debug)]
+pub(super) struct Progress {
+    pub state: TransactionState,
+    pub producer_id: i64,
+    pub epoch: i16,
+    /// The Kafka code that made the producer fatal, if any.
+    pub fatal_cause: Option<i16>,
+    /// Partitions the coordinator has in the transaction.
+    pub partitions: HashSet<TopicPartition>,
+    /// Partitions waiting for the next AddPartitionsToTxn.
+    pub waiting: BTreeSet<TopicPartition>,
+    /// Groups whose offsets partition is in the transaction.
+    pub groups: HashSet<String>,
+    /// Whether the coordinator has anything in this transaction; if not,
+    /// EndTxn is skipped (Kafka answers it with INVALID_TXN_STATE).
+    pub coordinator_knows: bool,
+    pub outcome: std::sync::Arc<Outcome>,
+}
+
+impl Progress {
+    pub fn new() -> Self {
+        Progress {
+            state: TransactionState::Uninitialized,
+            producer_id: -1,
+            epoch: -1,
+            fatal_cause: None,
+            partitions: HashSet::new(),
+            waiting: BTreeSet::new(),
+            groups: HashSet::new(),
+            coordinator_knows: false,
+            outcome: std::sync::Arc::default(),
+        }
+    }
+
+    pub fn start_transaction(&mut self) {
+        self.state = TransactionState::InTransaction;
+        self.partitions.clear();
+        self.waiting.clear();
+        self.groups.clear();
+        self.coordinator_knows = false;
+        self.outcome = std::sync::Arc::default();
+    }
+}

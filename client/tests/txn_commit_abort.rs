@@ -1,0 +1,216 @@
+//! Commit makes records and offsets visible together; abort makes neither
+//! visible, and the offsets stay where they were. Misuse is refused.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod txn_support;
+
+use std::collections::BTreeMap;
+
+use txn_support::{all_values, client, producer, read_committed, testkit};
+use weir_client::ClientError;
+use weir_client::producer::{ProducerRecord, TopicPartition};
+use weir_client::transaction::{
+    GroupMetadata, TransactionConfig, TransactionState, fetch_stable_offsets,
+};
+
+fn offsets(topic: &str, offset: i64) -> BTreeMap<TopicPartition, i64> {
+    BTreeMap::from([(TopicPartition::new(topic, 0), offset)])
+}
+
+#[tokio::test]
+async fn commit_shows_records_and_offsets_together_and_abort_shows_neither() {
+    let kit = testkit(3, &["in", "out"]).await;
+    let p = producer(&kit, "app", TransactionConfig::new("tx-commit")).await;
+    let group = GroupMetadata::unchecked("g");
+    let reader = client(&kit, "offsets-reader").await;
+    let input = [TopicPartition::new("in", 0)];
+
+    // Transaction 1: committed.
+    p.begin().unwrap();
+    for i in 0..10 {
+        p.send(
+            ProducerRecord::new("out")
+                .with_key(format!("k{i}"))
+                .with_value(format!("c{i}")),
+        )
+        .await
+        .unwrap();
+    }
+    p.send_offsets_to_transaction(&offsets("in", 10), &group)
+        .await
+        .unwrap();
+    // Before the commit, read_committed sees nothing and no stable offset.
+    assert!(all_values(&read_committed(&kit, "out", 3).await).is_empty());
+    p.commit().await.unwrap();
+    assert_eq!(p.state(), TransactionState::Ready);
+    let committed = all_values(&read_committed(&kit, "out", 3).await);
+    let mut expected: Vec<String> = (0..10).map(|i| format!("c{i}")).collect();
+    expected.sort();
+    assert_eq!(committed, expected);
+    assert_eq!(
+        fetch_stable_offsets(&reader, "g", &input).await.unwrap(),
+        offsets("in", 10)
+    );
+
+    // Transaction 2: aborted, records and offsets.
+    p.begin().unwrap();
+    for i in 0..10 {
+        p.send(
+            ProducerRecord::new("out")
+                .with_key(format!("k{i}"))
+                .with_value(format!("a{i}")),
+        )
+        .await
+        .unwrap();
+    }
+    p.send_offsets_to_transaction(&offsets("in", 20), &group)
+        .await
+        .unwrap();
+    p.abort().await.unwrap();
+    assert_eq!(all_values(&read_committed(&kit, "out", 3).await), expected);
+    assert_eq!(
+        fetch_stable_offsets(&reader, "g", &input).await.unwrap(),
+        offsets("in", 10)
+    );
+
+    // Transaction 3: the producer goes on after an abort.
+    p.begin().unwrap();
+    p.send(
+        ProducerRecord::new("out")
+            .with_key("k0")
+            .with_value("after"),
+    )
+    .await
+    .unwrap();
+    p.send_offsets_to_transaction(&offsets("in", 11), &group)
+        .await
+        .unwrap();
+    p.commit().await.unwrap();
+    let mut expected_after = expected.clone();
+    expected_after.push("after".to_owned());
+    expected_after.sort();
+    assert_eq!(
+        all_values(&read_committed(&kit, "out", 3).await),
+        expected_after
+    );
+    assert_eq!(
+        fetch_stable_offsets(&reader, "g", &input).await.unwrap(),
+        offsets("in", 11)
+    );
+}
+
+#[tokio::test]
+async fn partitions_join_the_transaction_in_batches_before_their_first_record() {
+    let kit = testkit(4, &["out"]).await;
+    let p = producer(&kit, "batcher", TransactionConfig::new("tx-batch")).await;
+    p.begin().unwrap();
+    // Four records to four partitions, enqueued together: the partitions
+    // that wait while the first AddPartitionsToTxn is out share the next.
+    let futures = futures_join(&p, 4).await;
+    for f in futures {
+        f.await.unwrap();
+    }
+    p.commit().await.unwrap();
+    let adds = kit
+        .requests()
+        .await
+        .unwrap()
+        .iter()
+        .filter(|r| r.api_key == weir_protocol::ApiKey::AddPartitionsToTxn)
+        .count();
+    assert!(
+        (1..4).contains(&adds),
+        "{adds} AddPartitionsToTxn for 4 partitions"
+    );
+    assert_eq!(
+        read_committed(&kit, "out", 4)
+            .await
+            .values()
+            .map(Vec::len)
+            .sum::<usize>(),
+        4
+    );
+}
+
+async fn futures_join(
+    p: &weir_client::transaction::TransactionalProducer,
+    n: i32,
+) -> Vec<
+    impl std::future::Future<Output = weir_client::Result<weir_client::producer::RecordMetadata>>,
+> {
+    let sends = (0..n).map(|i| {
+        p.enqueue(
+            ProducerRecord::new("out")
+                .with_partition(i)
+                .with_value(format!("v{i}")),
+        )
+    });
+    let mut out = Vec::new();
+    for r in tokio_join_all(sends).await {
+        out.push(r.unwrap());
+    }
+    out
+}
+
+async fn tokio_join_all<F: std::future::Future>(
+    futures: impl Iterator<Item = F>,
+) -> Vec<F::Output> {
+    let mut set = Vec::new();
+    for f in futures {
+        set.push(Box::pin(f));
+    }
+    let mut out = Vec::with_capacity(set.len());
+    // Poll all together so that they wait on one AddPartitionsToTxn.
+    let mut pending: Vec<Option<F::Output>> = set.iter().map(|_| None).collect();
+    std::future::poll_fn(|cx| {
+        let mut all = true;
+        for (i, f) in set.iter_mut().enumerate() {
+            if pending[i].is_none() {
+                match f.as_mut().poll(cx) {
+                    std::task::Poll::Ready(v) => pending[i] = Some(v),
+                    std::task::Poll::Pending => all = false,
+                }
+            }
+        }
+        if all {
+            std::task::Poll::Ready(())
+        } else {
+            std::task::Poll::Pending
+        }
+    })
+    .await;
+    for v in pending {
+        out.extend(v);
+    }
+    out
+}
+
+#[tokio::test]
+async fn misuse_is_refused_with_a_typed_error_and_nothing_is_sent() {
+    let kit = testkit(1, &["out"]).await;
+    let p = producer(&kit, "misuse", TransactionConfig::new("tx-misuse")).await;
+    let refused = |e: ClientError, op: &str| match e {
+        ClientError::TransactionState { operation, .. } => assert_eq!(operation, op),
+        other => panic!("{op}: expected a state error, got {other}"),
+    };
+    refused(
+        p.send(ProducerRecord::new("out").with_value("x"))
+            .await
+            .unwrap_err(),
+        "send",
+    );
+    refused(p.commit().await.unwrap_err(), "commit");
+    refused(p.abort().await.unwrap_err(), "abort");
+    refused(
+        p.init_transactions().await.unwrap_err(),
+        "init_transactions",
+    );
+    p.begin().unwrap();
+    refused(p.begin().unwrap_err(), "begin");
+    let (_, _, hw) = kit.offsets("out", 0).await.unwrap();
+    assert_eq!(hw, 0, "a refused send wrote nothing");
+    // An empty transaction commits without EndTxn.
+    p.commit().await.unwrap();
+    assert_eq!(p.state(), TransactionState::Ready);
+}

@@ -1,0 +1,112 @@
+//! Shared setup for the transaction tests: a testkit cluster over TCP and
+//! a read_committed reader.
+//!
+//! The client dials brokers over TCP only (it has no in-memory transport),
+//! and the testkit README warns that paused time and real sockets do not
+//! mix; so these tests run on real time with timeouts of a few hundred ms.
+
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use weir_client::Cluster;
+use weir_client::config::ClientConfig;
+use weir_client::config::consumer::{AutoOffsetReset, ConsumerOptions, IsolationLevel};
+use weir_client::config::producer::ProducerOptions;
+use weir_client::consumer::{Consumer, SeekTo, TopicPartition};
+use weir_client::transaction::{TransactionConfig, TransactionalProducer};
+
+pub async fn testkit(partitions: i32, topics: &[&str]) -> weir_testkit::Cluster {
+    let cluster = weir_testkit::Cluster::builder().build().await.unwrap();
+    for t in topics {
+        cluster
+            .create_topic(t, partitions, [] as [(&str, &str); 0])
+            .await
+            .unwrap();
+    }
+    cluster
+}
+
+pub async fn client(kit: &weir_testkit::Cluster, client_id: &str) -> Cluster {
+    let config = ClientConfig::from_properties(&[
+        ("bootstrap.servers", kit.bootstrap().as_str()),
+        ("client.id", client_id),
+        ("retry.backoff.ms", "10"),
+        ("retry.backoff.max.ms", "50"),
+        ("default.api.timeout.ms", "5000"),
+    ])
+    .unwrap();
+    Cluster::connect(config).await.unwrap()
+}
+
+pub async fn producer(
+    kit: &weir_testkit::Cluster,
+    client_id: &str,
+    txn: TransactionConfig,
+) -> TransactionalProducer {
+    let cluster = client(kit, client_id).await;
+    let p = TransactionalProducer::with_cluster(
+        cluster,
+        ProducerOptions {
+            linger: Duration::from_millis(1),
+            ..Default::default()
+        },
+        txn,
+    )
+    .unwrap();
+    p.init_transactions().await.unwrap();
+    p
+}
+
+/// Every value a read_committed consumer sees on `topic` up to the last
+/// stable offset, per partition.
+pub async fn read_committed(
+    kit: &weir_testkit::Cluster,
+    topic: &str,
+    partitions: i32,
+) -> BTreeMap<i32, Vec<String>> {
+    let cluster = client(kit, "reader").await;
+    let mut consumer = Consumer::with_cluster(
+        cluster,
+        ConsumerOptions {
+            isolation_level: IsolationLevel::ReadCommitted,
+            auto_offset_reset: AutoOffsetReset::Earliest,
+            fetch_max_wait: Duration::from_millis(20),
+            ..Default::default()
+        },
+    );
+    let tps: Vec<TopicPartition> = (0..partitions)
+        .map(|p| TopicPartition::new(topic, p))
+        .collect();
+    consumer.assign(tps.clone());
+    let mut out: BTreeMap<i32, Vec<String>> = BTreeMap::new();
+    for tp in &tps {
+        consumer.seek(tp, SeekTo::Earliest).unwrap();
+        out.entry(tp.partition).or_default();
+    }
+    for _ in 0..200 {
+        let mut done = true;
+        for tp in &tps {
+            let (_, lso, _) = kit.offsets(topic, tp.partition).await.unwrap();
+            if consumer.position(tp).await.unwrap() < lso {
+                done = false;
+            }
+        }
+        if done {
+            break;
+        }
+        for r in consumer.poll_for(Duration::from_millis(50)).await.unwrap() {
+            let v = String::from_utf8_lossy(r.value.as_deref().unwrap_or_default()).into_owned();
+            out.entry(r.partition).or_default().push(v);
+        }
+    }
+    out
+}
+
+/// All values, partitions flattened, sorted.
+pub fn all_values(by_partition: &BTreeMap<i32, Vec<String>>) -> Vec<String> {
+    let mut v: Vec<String> = by_partition.values().flatten().cloned().collect();
+    v.sort();
+    v
+}
