@@ -207,22 +207,30 @@ pub(super) fn standbys(
 /// `Σ count²/capacity`, so this ends.
 fn balance_standbys(input: &TaskAssignmentInput, clients: &mut BTreeMap<String, ClientAssignment>) {
     let capacity = |id: &str| input.clients.get(id).map_or(1, |c| c.capacity.max(1));
-    loop {
-        let mut moved = false;
-        let ids: Vec<String> = clients.keys().cloned().collect();
-        for from in &ids {
-            for to in &ids {
+    'search: loop {
+        // Most loaded sources first, least loaded destinations first.
+        let mut by_load: Vec<(&String, usize)> = clients
+            .iter()
+            .map(|(id, c)| (id, c.standby.len()))
+            .collect();
+        by_load.sort_by(|(a, ca), (b, cb)| {
+            cmp_load(*ca, capacity(a), *cb, capacity(b)).then_with(|| a.cmp(b))
+        });
+        for &(from, cf) in by_load.iter().rev() {
+            if cf == 0 {
+                break;
+            }
+            for &(to, ct) in &by_load {
+                // Move only if (cf-1)/cap_from >= (ct+1)/cap_to; later
+                // destinations are more loaded, so stop at the first refusal.
+                if from == to
+                    || cmp_load(cf - 1, capacity(from), ct + 1, capacity(to)) == Ordering::Less
+                {
+                    break;
+                }
                 let (Some(src), Some(dst)) = (clients.get(from), clients.get(to)) else {
                     continue;
                 };
-                let (cf, ct) = (src.standby.len(), dst.standby.len());
-                if from == to || cf == 0 {
-                    continue;
-                }
-                // Move only if (cf-1)/cap_from >= (ct+1)/cap_to.
-                if cmp_load(cf - 1, capacity(from), ct + 1, capacity(to)) == Ordering::Less {
-                    continue;
-                }
                 let to_state = input.clients.get(to.as_str());
                 let candidate = src
                     .standby
@@ -231,19 +239,18 @@ fn balance_standbys(input: &TaskAssignmentInput, clients: &mut BTreeMap<String, 
                     .min_by_key(|task| to_state.map(|c| lag_rank(c, task)))
                     .copied();
                 if let Some(task) = candidate {
-                    if let Some(c) = clients.get_mut(from) {
+                    let (from, to) = (from.clone(), to.clone());
+                    if let Some(c) = clients.get_mut(&from) {
                         c.standby.remove(&task);
                     }
-                    if let Some(c) = clients.get_mut(to) {
+                    if let Some(c) = clients.get_mut(&to) {
                         c.standby.insert(task);
                     }
-                    moved = true;
+                    continue 'search;
                 }
             }
         }
-        if !moved {
-            break;
-        }
+        break;
     }
 }
 
