@@ -1,0 +1,75 @@
+//! A second producer with the same transactional id fences the first: the
+//! first's open transaction is aborted, never visible, and the first gets
+//! a fatal error on every later operation.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod txn_support;
+
+use txn_support::{all_values, producer, read_committed, testkit};
+use weir_client::producer::ProducerRecord;
+use weir_client::transaction::{TransactionConfig, TransactionErrorClass, TransactionState};
+
+#[tokio::test]
+async fn a_new_instance_fences_the_old_one_and_aborts_its_open_transaction() {
+    let kit = testkit(2, &["out"]).await;
+    let old = producer(&kit, "old", TransactionConfig::new("tx-fence")).await;
+    old.begin().unwrap();
+    for i in 0..5 {
+        old.send(ProducerRecord::new("out").with_value(format!("old-{i}")))
+            .await
+            .unwrap();
+    }
+
+    let new = producer(&kit, "new", TransactionConfig::new("tx-fence")).await;
+    new.begin().unwrap();
+    new.send(ProducerRecord::new("out").with_value("new-0"))
+        .await
+        .unwrap();
+    new.commit().await.unwrap();
+
+    // The old instance: its commit is refused as fatal, and so is anything after.
+    let err = old.commit().await.unwrap_err();
+    assert_eq!(
+        err.transaction_class(),
+        Some(TransactionErrorClass::Fatal),
+        "{err}"
+    );
+    assert_eq!(old.state(), TransactionState::Fatal);
+    let again = old.abort().await.unwrap_err();
+    assert_eq!(
+        again.transaction_class(),
+        Some(TransactionErrorClass::Fatal),
+        "{again}"
+    );
+    assert_eq!(
+        old.begin().unwrap_err().transaction_class(),
+        Some(TransactionErrorClass::Fatal)
+    );
+
+    assert_eq!(all_values(&read_committed(&kit, "out", 2).await), ["new-0"]);
+}
+
+#[tokio::test]
+async fn a_fenced_producer_s_records_fail_as_fatal() {
+    let kit = testkit(1, &["out"]).await;
+    let old = producer(&kit, "old", TransactionConfig::new("tx-fence-send")).await;
+    old.begin().unwrap();
+    old.send(ProducerRecord::new("out").with_value("a"))
+        .await
+        .unwrap();
+    let _new = producer(&kit, "new", TransactionConfig::new("tx-fence-send")).await;
+    // The partition is already in the old transaction, so this goes
+    // straight to Produce, where the broker refuses the old epoch.
+    let err = old
+        .send(ProducerRecord::new("out").with_value("b"))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        err.transaction_class(),
+        Some(TransactionErrorClass::Fatal),
+        "{err}"
+    );
+    assert!(old.commit().await.is_err());
+    assert!(all_values(&read_committed(&kit, "out", 1).await).is_empty());
+}
