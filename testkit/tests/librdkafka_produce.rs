@@ -288,3 +288,103 @@ fn a_leader_move_mid_produce_is_followed_without_loss_or_duplicates() {
     assert_eq!(produce_brokers.last(), Some(&2), "then followed the move");
     assert_eq!(rt.block_on(cluster.offsets("moving", 0)).unwrap().2, 5);
 }
+
+#[test]
+fn a_consumer_follows_a_leader_move_and_reads_everything_once() {
+    let Some(py) = python_or_skip("a_consumer_follows_a_leader_move_and_reads_everything_once")
+    else {
+        return;
+    };
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let cluster = rt.block_on(async {
+        let cluster = Cluster::builder().brokers(2).build().await.unwrap();
+        cluster
+            .create_topic("follow", 1, [] as [(&str, &str); 0])
+            .await
+            .unwrap();
+        cluster
+    });
+    let bootstrap = cluster.bootstrap();
+    let first: Vec<(String, String)> = (0..5).map(|i| ("k".to_owned(), format!("a{i}"))).collect();
+    let out = kafka_tool(
+        &py,
+        &bootstrap,
+        &["produce", "-t", "follow"],
+        &records_json(&first),
+    );
+    assert_eq!(out.status, 0, "{}", out.stderr);
+
+    let consumer = {
+        let (py, bootstrap) = (py.clone(), bootstrap.clone());
+        std::thread::spawn(move || {
+            kafka_tool(
+                &py,
+                &bootstrap,
+                &[
+                    "consume",
+                    "-t",
+                    "follow",
+                    "--from-beginning",
+                    "--count",
+                    "10",
+                    "--timeout",
+                    "30",
+                ],
+                "",
+            )
+        })
+    };
+    rt.block_on(async {
+        // Once the consumer has fetched from broker 0, move the leader under it.
+        loop {
+            let fetched = cluster
+                .requests()
+                .await
+                .unwrap()
+                .iter()
+                .any(|r| r.api_key == ApiKey::Fetch && r.broker_id == 0);
+            if fetched {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        }
+        cluster.move_leader("follow", 0, 1).await.unwrap();
+    });
+    let second: Vec<(String, String)> = (0..5).map(|i| ("k".to_owned(), format!("b{i}"))).collect();
+    let out = kafka_tool(
+        &py,
+        &bootstrap,
+        &["produce", "-t", "follow"],
+        &records_json(&second),
+    );
+    assert_eq!(out.status, 0, "{}", out.stderr);
+
+    let out = consumer.join().unwrap();
+    assert_eq!(out.status, 0, "{}", out.stderr);
+    let values: Vec<String> = out.lines.iter().map(|r| str_of(r, "value")).collect();
+    let want: Vec<String> = first
+        .iter()
+        .chain(&second)
+        .map(|(_, v)| v.clone())
+        .collect();
+    assert_eq!(values, want, "every record once, in order, across the move");
+    let fetch_brokers: Vec<i32> = rt.block_on(async {
+        cluster
+            .requests()
+            .await
+            .unwrap()
+            .iter()
+            .filter(|r| r.api_key == ApiKey::Fetch)
+            .map(|r| r.broker_id)
+            .collect()
+    });
+    assert_eq!(
+        fetch_brokers.last(),
+        Some(&1),
+        "the consumer fetched from the new leader"
+    );
+}
