@@ -42,3 +42,9 @@ pub use typed::{TypedKeyValueStore, TypedWindowStore};
 pub use window::{
     TimeOrderedEntries, WindowEntry, WindowStore, split_window_changelog_key, window_changelog_key,
 };
+
+/// The fjall version this crate is built on, re-exported only so the store
+/// benches can run their raw-fjall baseline in the same process (the benches
+/// crate has no fjall dependency of its own). Not part of the supported API.
+#[doc(hidden)]
+pub use fjall;

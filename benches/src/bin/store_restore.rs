@@ -1,0 +1,216 @@
+//! Restore and commit throughput of weir-store, measured against baselines run
+//! in the same process on the same disk: fjall batched inserts (1,000 a batch)
+//! and a raw sequential file write with fsync.
+//!
+//! ```text
+//! cargo run --release -p weir-benches --bin store_restore -- [RECORDS] [DIR]
+//! ```
+//!
+//! RECORDS defaults to 1,000,000 (16-byte random keys, 100-byte values, in
+//! offset order, i.e. unsorted). DIR defaults to the system temp directory.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use weir_store::fjall;
+use weir_store::{
+    ChangelogPartition, ChangelogRecord, Durability, RestorePath, StoreOptions, TaskStore,
+};
+
+const KEY_LEN: usize = 16;
+const VALUE_LEN: usize = 100;
+const RECORD_LEN: usize = KEY_LEN + VALUE_LEN;
+const CHUNK: usize = 10_000;
+
+/// Deterministic record generator: chunk `c` of stream `stream` is always the same.
+fn chunk(stream: u64, c: usize, n: usize) -> Vec<u8> {
+    let mut x =
+        (stream << 40) ^ (c as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ 0x2545_F491_4F6C_DD1D;
+    let mut out = vec![0u8; n * RECORD_LEN];
+    for word in out.chunks_mut(8) {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        let bytes = x.to_le_bytes();
+        word.copy_from_slice(&bytes[..word.len()]);
+    }
+    out
+}
+
+fn chunks(stream: u64, records: usize) -> impl Iterator<Item = (usize, Vec<u8>)> {
+    (0..records.div_ceil(CHUNK)).map(move |c| {
+        let n = CHUNK.min(records - c * CHUNK);
+        (c * CHUNK, chunk(stream, c, n))
+    })
+}
+
+struct Figure {
+    records: usize,
+    elapsed: Duration,
+}
+
+impl Figure {
+    fn per_sec(&self) -> f64 {
+        self.records as f64 / self.elapsed.as_secs_f64()
+    }
+    fn mb_per_sec(&self) -> f64 {
+        (self.records * RECORD_LEN) as f64 / self.elapsed.as_secs_f64() / 1e6
+    }
+    fn print(&self, name: &str) {
+        println!(
+            "{name:<44} {:>10.0} records/s {:>8.1} MB/s  ({} records in {:.2?})",
+            self.per_sec(),
+            self.mb_per_sec(),
+            self.records,
+            self.elapsed
+        );
+    }
+}
+
+fn raw_file_write(dir: &Path, records: usize) -> Result<Figure, Box<dyn std::error::Error>> {
+    let path = dir.join("raw.bin");
+    let start = Instant::now();
+    let mut file = std::io::BufWriter::with_capacity(1 << 20, std::fs::File::create(&path)?);
+    for (_, bytes) in chunks(1, records) {
+        file.write_all(&bytes)?;
+    }
+    file.into_inner()?.sync_all()?;
+    let elapsed = start.elapsed();
+    std::fs::remove_file(&path)?;
+    Ok(Figure { records, elapsed })
+}
+
+fn fjall_batched(dir: &Path, records: usize) -> Result<Figure, Box<dyn std::error::Error>> {
+    let db = fjall::Database::builder(dir.join("fjall-batched")).open()?;
+    let ks = db.keyspace("kv", fjall::KeyspaceCreateOptions::default)?;
+    let start = Instant::now();
+    for (_, bytes) in chunks(1, records) {
+        for batch_records in bytes.chunks(1_000 * RECORD_LEN) {
+            let mut batch = db.batch();
+            for r in batch_records.chunks(RECORD_LEN) {
+                batch.insert(&ks, &r[..KEY_LEN], &r[KEY_LEN..]);
+            }
+            batch.commit()?;
+        }
+    }
+    db.persist(fjall::PersistMode::SyncAll)?;
+    Ok(Figure {
+        records,
+        elapsed: start.elapsed(),
+    })
+}
+
+fn restore(
+    task: &TaskStore,
+    stream: u64,
+    first_offset: i64,
+    records: usize,
+    expect: RestorePath,
+) -> Result<Figure, Box<dyn std::error::Error>> {
+    let tp = ChangelogPartition::new("bench-changelog", 0);
+    let start = Instant::now();
+    let mut restorer = task.restorer("kv", tp, first_offset + records as i64)?;
+    if restorer.path() != expect {
+        return Err(format!("expected {expect:?}, restorer chose {:?}", restorer.path()).into());
+    }
+    for (base, bytes) in chunks(stream, records) {
+        let batch: Vec<ChangelogRecord<'_>> = bytes
+            .chunks(RECORD_LEN)
+            .enumerate()
+            .map(|(i, r)| ChangelogRecord {
+                offset: first_offset + (base + i) as i64,
+                key: &r[..KEY_LEN],
+                value: Some(&r[KEY_LEN..]),
+            })
+            .collect();
+        restorer.apply(&batch)?;
+    }
+    restorer.finish()?;
+    Ok(Figure {
+        records,
+        elapsed: start.elapsed(),
+    })
+}
+
+fn put_and_commit(
+    dir: &Path,
+    records: usize,
+    per_commit: usize,
+) -> Result<Figure, Box<dyn std::error::Error>> {
+    let task = TaskStore::open(
+        dir,
+        StoreOptions::default().with_durability(Durability::ProcessCrash),
+    )?;
+    let kv = task.key_value_store("kv")?;
+    let tp = ChangelogPartition::new("bench-changelog", 0);
+    let start = Instant::now();
+    let mut offset = 0i64;
+    for (_, bytes) in chunks(3, records) {
+        for commit in bytes.chunks(per_commit * RECORD_LEN) {
+            for r in commit.chunks(RECORD_LEN) {
+                kv.put(&r[..KEY_LEN], &r[KEY_LEN..])?;
+                offset += 1;
+            }
+            task.commit(&[(tp.clone(), offset)])?;
+        }
+    }
+    Ok(Figure {
+        records,
+        elapsed: start.elapsed(),
+    })
+}
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let mut args = std::env::args().skip(1);
+    let records: usize = args
+        .next()
+        .map(|a| a.parse())
+        .transpose()?
+        .unwrap_or(1_000_000);
+    let base: PathBuf = args
+        .next()
+        .map(PathBuf::from)
+        .unwrap_or_else(std::env::temp_dir);
+    let dir = tempfile::tempdir_in(&base)?;
+    println!(
+        "weir-store restore bench: {records} records of {KEY_LEN}+{VALUE_LEN} bytes ({:.0} MB) in {}",
+        (records * RECORD_LEN) as f64 / 1e6,
+        dir.path().display()
+    );
+
+    let raw = raw_file_write(dir.path(), records)?;
+    raw.print("baseline: raw file write + fsync");
+    let batched = fjall_batched(dir.path(), records)?;
+    batched.print("baseline: fjall batched inserts (1,000/batch)");
+
+    let task = TaskStore::open(dir.path().join("restore"), StoreOptions::default())?;
+    task.key_value_store("kv")?;
+    let empty = restore(&task, 1, 0, records, RestorePath::SortedRuns)?;
+    empty.print("restore into empty store (sorted runs)");
+    // Catch-up: the same number of new records into the now non-empty store.
+    let catch_up = restore(&task, 2, records as i64, records, RestorePath::Batches)?;
+    catch_up.print("catch-up restore into non-empty store");
+    drop(task);
+
+    let commits_100 = put_and_commit(&dir.path().join("commit-100"), records.min(200_000), 100)?;
+    commits_100.print("put + commit, 100 records/commit");
+    let commits_1000 =
+        put_and_commit(&dir.path().join("commit-1000"), records.min(500_000), 1_000)?;
+    commits_1000.print("put + commit, 1,000 records/commit");
+
+    println!();
+    println!(
+        "ratio empty restore / fjall batched inserts:  {:.2}x (target >= 3.0)",
+        empty.per_sec() / batched.per_sec()
+    );
+    println!(
+        "ratio catch-up restore / fjall batched inserts: {:.2}x (target >= 1.2)",
+        catch_up.per_sec() / batched.per_sec()
+    );
+    println!(
+        "ratio empty restore MB/s / raw file MB/s:      {:.2}x (target >= 0.3)",
+        empty.mb_per_sec() / raw.mb_per_sec()
+    );
+    Ok(())
+}
