@@ -21,6 +21,20 @@ fn to_client(tp: &TopicPartition) -> producer::TopicPartition {
     producer::TopicPartition::new(tp.topic.clone(), tp.partition)
 }
 
+/// What happened to a set of partitions, for a [`RebalanceListener`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AssignmentChange {
+    /// Assigned; called before any record of them is delivered.
+    Assigned,
+    /// Revoked; called after their offsets were committed, before the ack.
+    Revoked,
+    /// Lost; called after delivery of them stopped.
+    Lost,
+}
+
+/// Called on every assignment change (Java's `ConsumerRebalanceListener`).
+pub type RebalanceListener = Box<dyn FnMut(AssignmentChange, &[TopicPartition]) + Send>;
+
 /// A group consumer.
 ///
 /// ```no_run
@@ -39,13 +53,22 @@ fn to_client(tp: &TopicPartition) -> producer::TopicPartition {
 /// # Ok(())
 /// # }
 /// ```
-#[derive(Debug)]
 pub struct GroupConsumer {
     member: GroupMember,
     consumer: Consumer,
     /// The next offset to commit, per owned partition, once something was
     /// consumed from it.
     positions: BTreeMap<TopicPartition, i64>,
+    listener: Option<RebalanceListener>,
+}
+
+impl std::fmt::Debug for GroupConsumer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GroupConsumer")
+            .field("member", &self.member)
+            .field("positions", &self.positions)
+            .finish_non_exhaustive()
+    }
 }
 
 impl GroupConsumer {
@@ -64,7 +87,19 @@ impl GroupConsumer {
             member,
             consumer,
             positions: BTreeMap::new(),
+            listener: None,
         })
+    }
+
+    /// Sets the listener told about every assignment change.
+    pub fn set_listener(&mut self, listener: RebalanceListener) {
+        self.listener = Some(listener);
+    }
+
+    fn notify(&mut self, change: AssignmentChange, partitions: &[TopicPartition]) {
+        if let Some(listener) = &mut self.listener {
+            listener(change, partitions);
+        }
     }
 
     /// The group member.
@@ -144,6 +179,7 @@ impl GroupConsumer {
                             .map_err(|e| client_error("seeking", &e))?;
                     }
                 }
+                self.notify(AssignmentChange::Assigned, &added);
                 tracing::info!(partitions = added.len(), "assigned");
             }
             AssignmentEvent::Revoked(revocation) => {
@@ -154,11 +190,13 @@ impl GroupConsumer {
                     .collect();
                 let committed = self.member.commit(&offsets).await;
                 self.drop_partitions(&revocation.partitions);
+                self.notify(AssignmentChange::Revoked, &revocation.partitions);
                 revocation.ack();
                 committed?;
             }
             AssignmentEvent::Lost(lost) => {
                 self.drop_partitions(&lost);
+                self.notify(AssignmentChange::Lost, &lost);
                 tracing::warn!(
                     partitions = lost.len(),
                     "lost partitions; nothing committed"
