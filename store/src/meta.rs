@@ -48,6 +48,7 @@ impl std::fmt::Display for ChangelogPartition {
 
 /// What kind of store a name refers to; recorded when the store is created.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum StoreKind {
     /// A key-value store.
     KeyValue,

@@ -74,6 +74,13 @@ pub enum RestorePath {
 }
 
 enum Job {
+    /// A key-value batch, sorted and de-duplicated on the caller's thread; the
+    /// worker turns it into one write batch with the offset it reaches.
+    SortedBatch {
+        run: SortedRun,
+        next_offset: i64,
+        durability: Option<PersistMode>,
+    },
     Batch {
         batch: OwnedWriteBatch,
         next_offset: i64,
@@ -89,7 +96,6 @@ pub struct ChangelogRestorer {
     store: String,
     partition: ChangelogPartition,
     kind: StoreKind,
-    keyspace: Option<Keyspace>,
     path: RestorePath,
     progress: RestoreProgress,
     batch: Option<OwnedWriteBatch>,
@@ -177,7 +183,6 @@ impl TaskStore {
             store: store.to_owned(),
             partition,
             kind,
-            keyspace,
             path,
             progress: RestoreProgress {
                 records: 0,
@@ -234,14 +239,9 @@ impl ChangelogRestorer {
                 (RestorePath::Batches, StoreKind::KeyValue) => {
                     check_entry(&self.store, record.key, record.value)
                         .map_err(|e| bad(e.to_string()))?;
-                    let Some(ks) = &self.keyspace else {
-                        return Err(StoreError::UnknownStore(self.store.clone()));
-                    };
-                    let batch = self.batch.get_or_insert_with(|| self.task.inner.db.batch());
-                    match record.value {
-                        Some(v) => batch.insert(ks, record.key, v),
-                        None => batch.remove(ks, record.key),
-                    }
+                    // Sorted before it is written: memtable inserts in key order
+                    // are cheaper, and repeated keys collapse to their last write.
+                    self.run.push(record.key, record.value);
                 }
                 (
                     RestorePath::Batches,
@@ -353,6 +353,15 @@ impl ChangelogRestorer {
         let Some(next_offset) = self.progress.next_offset else {
             return Ok(());
         };
+        self.batch_bytes = 0;
+        if self.kind == StoreKind::KeyValue {
+            let run = std::mem::take(&mut self.run).seal();
+            return self.send(Job::SortedBatch {
+                run,
+                next_offset,
+                durability: durability.flatten(),
+            });
+        }
         let inner = &self.task.inner;
         let mut batch = self.batch.take().unwrap_or_else(|| inner.db.batch());
         batch.insert(
@@ -425,6 +434,31 @@ fn run_worker(
     let mut runs = 0usize;
     while let Ok(job) = jobs.recv() {
         match job {
+            Job::SortedBatch {
+                run,
+                next_offset,
+                durability,
+            } => {
+                let Some(ks) = &keyspace else {
+                    return Err(StoreError::UnknownStore(store.to_owned()));
+                };
+                let mut batch = inner.db.batch().durability(durability);
+                for (key, value) in run.iter() {
+                    match value {
+                        Some(v) => batch.insert(ks, key, v),
+                        None => batch.remove(ks, key),
+                    }
+                }
+                batch.insert(
+                    &inner.meta,
+                    meta::offset_key(partition),
+                    next_offset.to_be_bytes().to_vec(),
+                );
+                batch
+                    .commit()
+                    .map_err(inner.engine_err("committing a restore batch"))?;
+                inner.state().offsets.insert(partition.clone(), next_offset);
+            }
             Job::Batch {
                 batch,
                 next_offset,
