@@ -14,6 +14,7 @@
 //! records.
 
 pub mod accumulator;
+mod dispatch;
 pub mod partitioner;
 mod record;
 mod sender;
@@ -76,6 +77,8 @@ pub(crate) struct Shared {
     closed: AtomicBool,
     /// Produce requests awaiting their response.
     requests_in_flight: AtomicUsize,
+    /// Per-broker turns that keep requests on the wire in send order.
+    order: dispatch::SendOrder,
     /// Set for a [`crate::transaction::TransactionalProducer`]'s producer:
     /// batches carry the transactional bit and the id, and only the
     /// transaction layer may change the producer id and epoch.
@@ -249,6 +252,7 @@ impl Producer {
             flushing: AtomicUsize::new(0),
             closed: AtomicBool::new(false),
             requests_in_flight: AtomicUsize::new(0),
+            order: dispatch::SendOrder::default(),
             transactional_id,
         });
         let sender = tokio::spawn(sender::run(Arc::clone(&shared)));

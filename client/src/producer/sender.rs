@@ -22,7 +22,11 @@ use weir_protocol::kafka_protocol::messages::{
 use weir_protocol::kafka_protocol::protocol::StrBytes;
 use weir_protocol::records::{BatchBuilder, BatchOptions};
 
+use std::future::Future;
+use std::task::Poll;
+
 use super::accumulator::ProducerBatch;
+use super::dispatch::Ticket;
 use super::record::RecordMetadata;
 use super::sequence::{DUPLICATE_SEQUENCE_NUMBER, FailureAction};
 use super::{Identity, Shared};
@@ -34,6 +38,8 @@ use crate::kerror::KafkaCode;
 /// Batches chosen for one Produce request to one broker.
 struct Outgoing {
     broker: BrokerId,
+    /// This request's turn on the wire to `broker`.
+    ticket: Ticket,
     batches: Vec<ProducerBatch>,
     identity: Identity,
     generation: u64,
@@ -209,6 +215,7 @@ fn collect(
     let outgoing = by_broker
         .into_iter()
         .map(|(broker, (_, batches))| Outgoing {
+            ticket: shared.order.ticket(broker),
             broker,
             batches,
             identity,
@@ -297,14 +304,19 @@ async fn send_request(shared: Arc<Shared>, mut request: Outgoing) {
             )
             .with_topic_data(topics);
         let broker = request.broker;
+        // Encoding (and compressing) above ran in parallel with other
+        // requests; writing waits for this request's turn.
+        request.ticket.wait_turn().await;
+        let ticket = request.ticket;
         if options.acks == Acks::None {
-            let result = shared
-                .cluster
-                .send_oneway(broker, Lane::Produce, &req)
-                .await;
+            let result = in_turn(
+                ticket,
+                shared.cluster.send_oneway(broker, Lane::Produce, &req),
+            )
+            .await;
             handle_unanswered(&shared, broker, sendable, result.err());
         } else {
-            match shared.cluster.request(broker, Lane::Produce, &req).await {
+            match in_turn(ticket, shared.cluster.request(broker, Lane::Produce, &req)).await {
                 Ok(response) => handle_response(&shared, broker, sendable, response),
                 Err(e) => handle_unanswered(&shared, broker, sendable, Some(e)),
             }
@@ -312,6 +324,18 @@ async fn send_request(shared: Arc<Shared>, mut request: Outgoing) {
     }
     shared.requests_in_flight.fetch_sub(1, Ordering::AcqRel);
     shared.wake.notify_one();
+}
+
+/// Polls `request` once, which queues its frame on an open connection,
+/// then ends the turn and waits for the rest.
+async fn in_turn<F: Future>(ticket: Ticket, request: F) -> F::Output {
+    tokio::pin!(request);
+    let first = std::future::poll_fn(|cx| Poll::Ready(request.as_mut().poll(cx))).await;
+    drop(ticket);
+    match first {
+        Poll::Ready(output) => output,
+        Poll::Pending => request.await,
+    }
 }
 
 /// `acks=0` (no response expected) or a request that got no response.
