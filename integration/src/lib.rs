@@ -1,1 +1,3 @@
 //! Integration tests against a real broker (see tests/).
+
+pub mod eos;

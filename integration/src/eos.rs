@@ -1,0 +1,623 @@
+//! An exactly-once checker: a consume-transform-produce workload run under
+//! a seeded schedule of faults, then checked from the outside.
+//!
+//! **Workload.** `inputs` records with unique ids are spread over the input
+//! partitions. An application instance reads them read_committed from the
+//! group's stable offsets, and per transaction writes `out-<id>@<tag>` for
+//! each (the tag names the instance and transaction), then commits the
+//! input offsets with [`TransactionalProducer::send_offsets_to_transaction`].
+//! When an instance dies, a new one with the same transactional id takes
+//! over, as a restarted stream thread would.
+//!
+//! **Faults** ([`Fault`]), drawn from the seed: an instance killed at a step
+//! of a transaction, a transaction the application aborts, retriable
+//! coordinator errors (`CONCURRENT_TRANSACTIONS`, `NOT_COORDINATOR`,
+//! `COORDINATOR_LOAD_IN_PROGRESS`), a lost EndTxn response and a dropped
+//! coordinator connection.
+//!
+//! **Checks** ([`check`]): every input id appears exactly once in the
+//! committed output; the committed offsets are the ends of the input
+//! partitions; no record of a transaction known to be aborted is visible.
+//!
+//! A failure is a [`Violation`] whose message carries the seed and the
+//! schedule, so the run can be replayed with [`Schedule::from_seed`].
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+use std::time::Duration;
+
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use weir_client::Cluster;
+use weir_client::config::ClientConfig;
+use weir_client::config::consumer::{AutoOffsetReset, ConsumerOptions, IsolationLevel};
+use weir_client::config::producer::ProducerOptions;
+use weir_client::consumer::{Consumer, SeekTo};
+use weir_client::producer::{Producer, ProducerRecord, TopicPartition};
+use weir_client::transaction::{
+    GroupMetadata, TransactionConfig, TransactionalProducer, fetch_stable_offsets,
+};
+use weir_protocol::ApiKey;
+use weir_testkit::{Intercept, InterceptAction, RequestMatcher};
+
+const INPUT: &str = "eos-in";
+const OUTPUT: &str = "eos-out";
+const GROUP: &str = "eos-app";
+const TRANSACTIONAL_ID: &str = "eos-app-0";
+const INPUT_PARTITIONS: i32 = 2;
+const OUTPUT_PARTITIONS: i32 = 3;
+
+/// A step of a transaction at which an instance can die.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Step {
+    /// Right after `begin`.
+    AfterBegin,
+    /// After the first record was acknowledged.
+    AfterSend,
+    /// After the offsets were added (AddOffsetsToTxn + TxnOffsetCommit).
+    AfterOffsets,
+    /// While EndTxn is out: the coordinator commits, the answer is lost.
+    DuringEndTxn,
+}
+
+/// One injected fault, applied in the given transaction of the run
+/// (counted over all instances, from 0).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fault {
+    /// The instance dies at `step`; a new instance takes over.
+    Kill {
+        /// Transaction number.
+        txn: usize,
+        /// Where it dies.
+        step: Step,
+    },
+    /// The application aborts the transaction and redoes the work.
+    Abort {
+        /// Transaction number.
+        txn: usize,
+    },
+    /// The coordinator answers one request of `api` with `code`, a
+    /// retriable error the client must absorb.
+    CoordinatorError {
+        /// Transaction number.
+        txn: usize,
+        /// AddPartitionsToTxn, TxnOffsetCommit or EndTxn.
+        api: ApiKey,
+        /// The Kafka error code.
+        code: i16,
+    },
+    /// The coordinator handles one EndTxn but its answer is lost; the
+    /// client times out and sends it again.
+    LostEndTxnResponse {
+        /// Transaction number.
+        txn: usize,
+    },
+    /// The connection is closed on one AddOffsetsToTxn.
+    DroppedConnection {
+        /// Transaction number.
+        txn: usize,
+    },
+}
+
+impl Fault {
+    fn txn(self) -> usize {
+        match self {
+            Fault::Kill { txn, .. }
+            | Fault::Abort { txn }
+            | Fault::CoordinatorError { txn, .. }
+            | Fault::LostEndTxnResponse { txn }
+            | Fault::DroppedConnection { txn } => txn,
+        }
+    }
+}
+
+/// A replayable fault schedule.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Schedule {
+    /// The seed it was drawn from.
+    pub seed: u64,
+    /// Input records.
+    pub inputs: usize,
+    /// Input records per transaction.
+    pub per_txn: usize,
+    /// Faults, in transaction order.
+    pub faults: Vec<Fault>,
+}
+
+impl fmt::Display for Schedule {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "seed {} ({} inputs, {} per transaction): {:?}",
+            self.seed, self.inputs, self.per_txn, self.faults
+        )
+    }
+}
+
+impl Schedule {
+    /// Draws a schedule from `seed`: up to four faults over the first
+    /// transactions.
+    pub fn from_seed(seed: u64) -> Schedule {
+        let mut rng = StdRng::seed_from_u64(seed);
+        let inputs: usize = rng.random_range(8..=24);
+        let per_txn: usize = rng.random_range(2..=6);
+        let txns = inputs.div_ceil(per_txn) + 2;
+        let mut faults = Vec::new();
+        for _ in 0..rng.random_range(1..=4) {
+            let txn = rng.random_range(0..txns);
+            let fault = match rng.random_range(0..8) {
+                0 => Fault::Kill {
+                    txn,
+                    step: Step::AfterBegin,
+                },
+                1 => Fault::Kill {
+                    txn,
+                    step: Step::AfterSend,
+                },
+                2 => Fault::Kill {
+                    txn,
+                    step: Step::AfterOffsets,
+                },
+                3 => Fault::Kill {
+                    txn,
+                    step: Step::DuringEndTxn,
+                },
+                4 => Fault::Abort { txn },
+                5 => {
+                    let api = [
+                        ApiKey::AddPartitionsToTxn,
+                        ApiKey::TxnOffsetCommit,
+                        ApiKey::EndTxn,
+                    ][rng.random_range(0..3)];
+                    // 51 CONCURRENT_TRANSACTIONS, 16 NOT_COORDINATOR,
+                    // 14 COORDINATOR_LOAD_IN_PROGRESS.
+                    let code = [51, 16, 14][rng.random_range(0..3)];
+                    Fault::CoordinatorError { txn, api, code }
+                }
+                6 => Fault::LostEndTxnResponse { txn },
+                _ => Fault::DroppedConnection { txn },
+            };
+            faults.push(fault);
+        }
+        faults.sort_by_key(|f| f.txn());
+        Schedule {
+            seed,
+            inputs,
+            per_txn,
+            faults,
+        }
+    }
+}
+
+/// What the run saw, for the checks.
+#[derive(Debug, Default, Clone)]
+pub struct Observed {
+    /// Committed output values (read_committed), all partitions.
+    pub output: Vec<String>,
+    /// The group's committed (stable) offsets per input partition.
+    pub offsets: BTreeMap<i32, i64>,
+    /// The end offset of each input partition.
+    pub input_ends: BTreeMap<i32, i64>,
+    /// Tags of transactions whose abort succeeded.
+    pub aborted: BTreeSet<String>,
+    /// Transactions run (over all instances).
+    pub transactions: usize,
+    /// Instances started.
+    pub instances: usize,
+}
+
+/// A broken exactly-once guarantee, or a run that could not finish.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Violation {
+    /// The schedule, to replay.
+    pub schedule: Schedule,
+    /// What went wrong.
+    pub what: String,
+}
+
+impl fmt::Display for Violation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "exactly-once violated: {}; replay {}",
+            self.what, self.schedule
+        )
+    }
+}
+
+impl std::error::Error for Violation {}
+
+/// Checks the three exactly-once properties of a run.
+///
+/// # Errors
+/// The first property that does not hold, described.
+pub fn check(inputs: usize, observed: &Observed) -> Result<(), String> {
+    let mut seen: BTreeMap<usize, Vec<&str>> = BTreeMap::new();
+    for value in &observed.output {
+        let (id, tag) = parse_output(value).ok_or_else(|| format!("malformed output {value:?}"))?;
+        if observed.aborted.contains(tag) {
+            return Err(format!("{value} belongs to an aborted transaction"));
+        }
+        seen.entry(id).or_default().push(tag);
+    }
+    for id in 0..inputs {
+        match seen.get(&id).map(Vec::len) {
+            Some(1) => {}
+            None => return Err(format!("input {id} is missing from the committed output")),
+            Some(n) => {
+                return Err(format!(
+                    "input {id} is in the committed output {n} times: {:?}",
+                    seen.get(&id)
+                ));
+            }
+        }
+    }
+    if let Some(id) = seen.keys().find(|id| **id >= inputs) {
+        return Err(format!("output for unknown input {id}"));
+    }
+    if observed.offsets != observed.input_ends {
+        return Err(format!(
+            "committed offsets {:?} are not the input ends {:?}",
+            observed.offsets, observed.input_ends
+        ));
+    }
+    Ok(())
+}
+
+fn parse_output(value: &str) -> Option<(usize, &str)> {
+    let rest = value.strip_prefix("out-")?;
+    let (id, tag) = rest.split_once('@')?;
+    Some((id.parse().ok()?, tag))
+}
+
+async fn client(kit: &weir_testkit::Cluster, client_id: &str) -> Result<Cluster, String> {
+    let config = ClientConfig::from_properties(&[
+        ("bootstrap.servers", kit.bootstrap().as_str()),
+        ("client.id", client_id),
+        ("retry.backoff.ms", "5"),
+        ("retry.backoff.max.ms", "40"),
+        ("request.timeout.ms", "300"),
+        ("default.api.timeout.ms", "5000"),
+    ])
+    .map_err(|e| e.to_string())?;
+    Cluster::connect(config).await.map_err(|e| e.to_string())
+}
+
+/// Runs `schedule` against a fresh in-process testkit cluster and checks
+/// the result.
+///
+/// # Errors
+/// A [`Violation`] naming the seed and the schedule.
+pub async fn run_schedule(schedule: &Schedule) -> Result<Observed, Violation> {
+    let violation = |what: String| Violation {
+        schedule: schedule.clone(),
+        what,
+    };
+    let observed = run(schedule).await.map_err(violation)?;
+    check(schedule.inputs, &observed).map_err(violation)?;
+    Ok(observed)
+}
+
+async fn run(schedule: &Schedule) -> Result<Observed, String> {
+    let kit = weir_testkit::Cluster::builder()
+        .build()
+        .await
+        .map_err(|e| e.to_string())?;
+    let no_configs = [] as [(&str, &str); 0];
+    kit.create_topic(INPUT, INPUT_PARTITIONS, no_configs)
+        .await
+        .map_err(|e| e.to_string())?;
+    kit.create_topic(OUTPUT, OUTPUT_PARTITIONS, no_configs)
+        .await
+        .map_err(|e| e.to_string())?;
+    let loader = Producer::with_cluster(client(&kit, "loader").await?, ProducerOptions::default())
+        .map_err(|e| e.to_string())?;
+    for id in 0..schedule.inputs {
+        let partition = i32::try_from(id).unwrap_or(0) % INPUT_PARTITIONS;
+        loader
+            .send(
+                ProducerRecord::new(INPUT)
+                    .with_partition(partition)
+                    .with_value(id.to_string()),
+            )
+            .await
+            .map_err(|e| e.to_string())?;
+    }
+    loader.close().await;
+
+    let mut observed = Observed::default();
+    let mut txn = 0usize;
+    // Each instance runs until done or killed; a kill hands over.
+    loop {
+        observed.instances += 1;
+        if observed.instances > schedule.faults.len() + 2 {
+            return Err("more instances than kills".to_owned());
+        }
+        let done = run_instance(&kit, schedule, &mut txn, &mut observed).await?;
+        if done {
+            break;
+        }
+    }
+    observed.transactions = txn;
+
+    let reader = client(&kit, "checker").await?;
+    let tps: Vec<TopicPartition> = (0..INPUT_PARTITIONS)
+        .map(|p| TopicPartition::new(INPUT, p))
+        .collect();
+    let offsets = fetch_stable_offsets(&reader, GROUP, &tps)
+        .await
+        .map_err(|e| e.to_string())?;
+    observed.offsets = offsets.iter().map(|(tp, o)| (tp.partition, *o)).collect();
+    for p in 0..INPUT_PARTITIONS {
+        let (_, _, hw) = kit.offsets(INPUT, p).await.map_err(|e| e.to_string())?;
+        if hw > 0 {
+            observed.input_ends.insert(p, hw);
+        }
+    }
+    observed.output = read_committed(&kit, reader).await?;
+    Ok(observed)
+}
+
+/// Returns whether the input is fully processed (false: killed).
+async fn run_instance(
+    kit: &weir_testkit::Cluster,
+    schedule: &Schedule,
+    txn: &mut usize,
+    observed: &mut Observed,
+) -> Result<bool, String> {
+    let instance = observed.instances;
+    let client_id = format!("app-{instance}");
+    let cluster = client(kit, &client_id).await?;
+    let producer = TransactionalProducer::with_cluster(
+        cluster.clone(),
+        ProducerOptions {
+            linger: Duration::from_millis(1),
+            ..ProducerOptions::default()
+        },
+        TransactionConfig::new(TRANSACTIONAL_ID),
+    )
+    .map_err(|e| e.to_string())?;
+    producer
+        .init_transactions()
+        .await
+        .map_err(|e| format!("init_transactions: {e}"))?;
+    let tps: Vec<TopicPartition> = (0..INPUT_PARTITIONS)
+        .map(|p| TopicPartition::new(INPUT, p))
+        .collect();
+    let mut positions: BTreeMap<TopicPartition, i64> =
+        tps.iter().map(|tp| (tp.clone(), 0)).collect();
+    let stable = fetch_stable_offsets(&cluster, GROUP, &tps)
+        .await
+        .map_err(|e| format!("fetch_stable_offsets: {e}"))?;
+    positions.extend(stable);
+    let ends: BTreeMap<TopicPartition, i64> = {
+        let mut ends = BTreeMap::new();
+        for tp in &tps {
+            let (_, _, hw) = kit
+                .offsets(INPUT, tp.partition)
+                .await
+                .map_err(|e| e.to_string())?;
+            ends.insert(tp.clone(), hw);
+        }
+        ends
+    };
+    let mut consumer = Consumer::with_cluster(
+        client(kit, &format!("{client_id}-consumer")).await?,
+        ConsumerOptions {
+            isolation_level: IsolationLevel::ReadCommitted,
+            auto_offset_reset: AutoOffsetReset::Earliest,
+            fetch_max_wait: Duration::from_millis(10),
+            ..ConsumerOptions::default()
+        },
+    );
+    consumer.assign(tps.clone());
+    let group = GroupMetadata::unchecked(GROUP);
+    loop {
+        if positions.iter().all(|(tp, o)| ends.get(tp) == Some(o)) {
+            return Ok(true);
+        }
+        // Read the next batch from the committed positions.
+        for (tp, o) in &positions {
+            consumer
+                .seek(tp, SeekTo::Offset(*o))
+                .map_err(|e| e.to_string())?;
+        }
+        let mut records = Vec::new();
+        for _ in 0..100 {
+            records.extend(
+                consumer
+                    .poll_for(Duration::from_millis(20))
+                    .await
+                    .map_err(|e| e.to_string())?,
+            );
+            if !records.is_empty() {
+                break;
+            }
+        }
+        records.truncate(schedule.per_txn);
+        if records.is_empty() {
+            return Err(format!("no input readable from {positions:?}"));
+        }
+        let this = *txn;
+        *txn += 1;
+        if *txn > schedule.inputs * 4 + 20 {
+            return Err("too many transactions".to_owned());
+        }
+        let faults: Vec<Fault> = schedule
+            .faults
+            .iter()
+            .copied()
+            .filter(|f| f.txn() == this)
+            .collect();
+        let kill = faults.iter().find_map(|f| match f {
+            Fault::Kill { step, .. } => Some(*step),
+            _ => None,
+        });
+        let abort = faults.iter().any(|f| matches!(f, Fault::Abort { .. }));
+        for fault in &faults {
+            inject(kit, &client_id, *fault).await?;
+        }
+        let tag = format!("i{instance}t{this}");
+
+        producer.begin().map_err(|e| e.to_string())?;
+        if kill == Some(Step::AfterBegin) {
+            return Ok(false);
+        }
+        let mut next = positions.clone();
+        for (i, r) in records.iter().enumerate() {
+            let id = String::from_utf8_lossy(r.value.as_deref().unwrap_or_default()).into_owned();
+            producer
+                .send(
+                    ProducerRecord::new(OUTPUT)
+                        .with_key(id.clone())
+                        .with_value(format!("out-{id}@{tag}")),
+                )
+                .await
+                .map_err(|e| format!("send: {e}"))?;
+            next.insert(TopicPartition::new(INPUT, r.partition), r.offset + 1);
+            if i == 0 && kill == Some(Step::AfterSend) {
+                return Ok(false);
+            }
+        }
+        producer
+            .send_offsets_to_transaction(&next, &group)
+            .await
+            .map_err(|e| format!("send_offsets_to_transaction: {e}"))?;
+        if kill == Some(Step::AfterOffsets) {
+            return Ok(false);
+        }
+        if kill == Some(Step::DuringEndTxn) {
+            kit.intercept(
+                Intercept::new(
+                    RequestMatcher::api(ApiKey::EndTxn).client(client_id.clone()),
+                    InterceptAction::DropResponse,
+                )
+                .times(1),
+            )
+            .await
+            .map_err(|e| e.to_string())?;
+            // The instance dies once EndTxn has reached the coordinator.
+            let end = tokio::time::timeout(Duration::from_millis(150), producer.commit()).await;
+            if let Ok(result) = end {
+                result.map_err(|e| format!("commit: {e}"))?;
+            }
+            return Ok(false);
+        }
+        if abort {
+            producer.abort().await.map_err(|e| format!("abort: {e}"))?;
+            observed.aborted.insert(tag);
+            continue;
+        }
+        producer
+            .commit()
+            .await
+            .map_err(|e| format!("commit: {e}"))?;
+        positions = next;
+    }
+}
+
+async fn inject(kit: &weir_testkit::Cluster, client_id: &str, fault: Fault) -> Result<(), String> {
+    let intercept = match fault {
+        Fault::CoordinatorError { api, code, .. } => Intercept::new(
+            RequestMatcher::api(api).client(client_id.to_owned()),
+            InterceptAction::Error(code),
+        ),
+        Fault::LostEndTxnResponse { .. } => Intercept::new(
+            RequestMatcher::api(ApiKey::EndTxn).client(client_id.to_owned()),
+            InterceptAction::DropResponse,
+        ),
+        Fault::DroppedConnection { .. } => Intercept::new(
+            RequestMatcher::api(ApiKey::AddOffsetsToTxn).client(client_id.to_owned()),
+            InterceptAction::CloseConnection,
+        ),
+        Fault::Kill { .. } | Fault::Abort { .. } => return Ok(()),
+    };
+    kit.intercept(intercept.times(1))
+        .await
+        .map(|_| ())
+        .map_err(|e| e.to_string())
+}
+
+/// Every committed output value, read_committed up to the last stable
+/// offset of each output partition.
+async fn read_committed(
+    kit: &weir_testkit::Cluster,
+    cluster: Cluster,
+) -> Result<Vec<String>, String> {
+    let mut consumer = Consumer::with_cluster(
+        cluster,
+        ConsumerOptions {
+            isolation_level: IsolationLevel::ReadCommitted,
+            auto_offset_reset: AutoOffsetReset::Earliest,
+            fetch_max_wait: Duration::from_millis(10),
+            ..ConsumerOptions::default()
+        },
+    );
+    let tps: Vec<TopicPartition> = (0..OUTPUT_PARTITIONS)
+        .map(|p| TopicPartition::new(OUTPUT, p))
+        .collect();
+    consumer.assign(tps.clone());
+    let mut out = Vec::new();
+    for tp in &tps {
+        consumer
+            .seek(tp, SeekTo::Earliest)
+            .map_err(|e| e.to_string())?;
+    }
+    for _ in 0..500 {
+        let mut done = true;
+        for tp in &tps {
+            let (_, lso, _) = kit
+                .offsets(OUTPUT, tp.partition)
+                .await
+                .map_err(|e| e.to_string())?;
+            if consumer.position(tp).await.map_err(|e| e.to_string())? < lso {
+                done = false;
+            }
+        }
+        if done {
+            return Ok(out);
+        }
+        for r in consumer
+            .poll_for(Duration::from_millis(20))
+            .await
+            .map_err(|e| e.to_string())?
+        {
+            out.push(String::from_utf8_lossy(r.value.as_deref().unwrap_or_default()).into_owned());
+        }
+    }
+    Err("the output could not be read to its last stable offset".to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_checker_catches_duplicates_losses_aborted_records_and_offsets() {
+        let ok = Observed {
+            output: vec!["out-0@a".into(), "out-1@b".into()],
+            offsets: BTreeMap::from([(0, 1), (1, 1)]),
+            input_ends: BTreeMap::from([(0, 1), (1, 1)]),
+            ..Observed::default()
+        };
+        assert_eq!(check(2, &ok), Ok(()));
+        let mut dup = ok.clone();
+        dup.output.push("out-1@c".into());
+        assert!(check(2, &dup).unwrap_err().contains("2 times"));
+        let mut lost = ok.clone();
+        lost.output.pop();
+        assert!(check(2, &lost).unwrap_err().contains("missing"));
+        let mut aborted = ok.clone();
+        aborted.aborted.insert("b".into());
+        assert!(check(2, &aborted).unwrap_err().contains("aborted"));
+        let mut behind = ok.clone();
+        behind.offsets.insert(1, 0);
+        assert!(check(2, &behind).unwrap_err().contains("offsets"));
+    }
+
+    #[test]
+    fn a_seed_always_gives_the_same_schedule() {
+        assert_eq!(Schedule::from_seed(7), Schedule::from_seed(7));
+        assert_ne!(Schedule::from_seed(7), Schedule::from_seed(8));
+    }
+}
