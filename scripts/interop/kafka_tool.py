@@ -385,6 +385,57 @@ def cmd_consume(args, extra):
     return 0
 
 
+def cmd_group_consume(args, extra):
+    """Consumes as a member of a group for `--run-for` seconds, printing every assignment
+    change as {"event": "assigned"|"revoked"|"lost", "partitions": [...], "ts": wall
+    seconds} (revoked is printed when the callback returns, after its commit) and every
+    record as {"partition": p, "offset": o, "ts": ...}. For mixed-group tests."""
+    config = base_config(args.bootstrap, {
+        "auto.offset.reset": "earliest",
+        "enable.auto.commit": False,
+        "fetch.wait.max.ms": 100,
+        "group.id": args.group_id,
+        "session.timeout.ms": 6000,
+        "partition.assignment.strategy": args.strategy,
+    })
+    config.update(extra or {})
+    consumer = Consumer(config)
+
+    def parts(partitions):
+        return sorted(tp.partition for tp in partitions)
+
+    def on_assign(c, partitions):
+        emit({"event": "assigned", "partitions": parts(partitions), "ts": time.time()})
+
+    def on_revoke(c, partitions):
+        try:
+            c.commit(asynchronous=False)
+        except KafkaException:
+            pass  # nothing consumed yet, or the generation is gone
+        emit({"event": "revoked", "partitions": parts(partitions), "ts": time.time()})
+
+    def on_lost(c, partitions):
+        emit({"event": "lost", "partitions": parts(partitions), "ts": time.time()})
+
+    consumer.subscribe([args.topic], on_assign=on_assign, on_revoke=on_revoke,
+                       on_lost=on_lost)
+    deadline = time.monotonic() + args.run_for
+    try:
+        while time.monotonic() < deadline:
+            msg = consumer.poll(0.2)
+            if msg is None:
+                continue
+            if msg.error() is not None:
+                if msg.error().fatal():
+                    raise ToolError(f"consumer: {msg.error()}")
+                continue
+            emit({"partition": msg.partition(), "offset": msg.offset(), "ts": time.time()})
+    finally:
+        consumer.close()
+        emit({"event": "closed", "ts": time.time()})
+    return 0
+
+
 def cmd_create_topic(args, extra):
     create_topic(args.bootstrap, args.topic, partitions=args.partitions,
                  configs=parse_extra(args.config), if_not_exists=args.if_not_exists,
@@ -457,6 +508,15 @@ def build_parser():
                          help="stop at the end of every assigned partition")
     consume.add_argument("--timeout", type=float, default=10.0, help="seconds (default 10)")
 
+    group_consume = sub.add_parser(
+        "group-consume", help="consume in a group, printing assignment events and records")
+    group_consume.add_argument("-t", "--topic", required=True)
+    group_consume.add_argument("-g", "--group-id", required=True)
+    group_consume.add_argument("--strategy", default="cooperative-sticky",
+                               help="partition.assignment.strategy (default cooperative-sticky)")
+    group_consume.add_argument("--run-for", type=float, default=20.0,
+                               help="seconds to stay in the group (default 20)")
+
     create = sub.add_parser("create-topic", help="create a topic")
     create.add_argument("-t", "--topic", required=True)
     create.add_argument("--partitions", type=int, default=1)
@@ -479,7 +539,8 @@ def main(argv=None):
         print("kafka_tool: --partition and --group-id exclude each other", file=sys.stderr)
         return EXIT_KAFKA_ERROR
     commands = {"produce": cmd_produce, "txn-produce": cmd_produce, "consume": cmd_consume,
-                "create-topic": cmd_create_topic, "offsets": cmd_offsets}
+                "create-topic": cmd_create_topic, "offsets": cmd_offsets,
+                "group-consume": cmd_group_consume}
     try:
         return commands[args.command](args, parse_extra(args.extra)) or 0
     except ToolError as err:
