@@ -6,7 +6,7 @@ Run it with the python from scripts/pyenv.sh ($WEIR_PYTHON). Records travel as J
 
   produce      stdin: one record per line; stdout: one delivery report per record, in order
   txn-produce  the same inside one transaction, then --commit or --abort
-  consume      stdout: one record per line
+  consume      stdout: one record per line (--client kafka-python: read by kafka-python)
   create-topic create a topic with partitions and configs
   offsets      stdout: low and high watermark per partition
 
@@ -332,6 +332,93 @@ def watermarks(bootstrap, topic, *, timeout=10.0, extra=None):
         consumer.close()
 
 
+def kafka_python_record_to_json(record, encoding):
+    """A kafka-python ConsumerRecord -> the same JSON shape as message_to_json."""
+    where = f"{record.topic}/{record.partition}@{record.offset}"
+    headers = [
+        [name, encode_field(value, encoding, f"{where} header {name!r}")]
+        for name, value in (record.headers or [])
+    ]
+    return {
+        "topic": record.topic,
+        "partition": record.partition,
+        "offset": record.offset,
+        "key": encode_field(record.key, encoding, f"{where} key"),
+        "value": encode_field(record.value, encoding, f"{where} value"),
+        "headers": headers,
+        "timestamp": None if record.timestamp is None or record.timestamp < 0 else record.timestamp,
+        "timestamp_type": "log_append" if record.timestamp_type == 1 else "create",
+    }
+
+
+def consume_records_kafka_python(bootstrap, topic, *, count=None, isolation="read_uncommitted",
+                                 from_beginning=False, partitions=None, timeout=10.0,
+                                 until_eof=False, on_record=None):
+    """consume_records with kafka-python (a pure-Python client) instead of librdkafka.
+
+    Partitions are always assigned directly (no group). The end of a partition is where the
+    position reaches the high watermark of the last fetch response, not a ListOffsets answer
+    (tansu's "latest" is wrong, see shared/NOTES.md). Returns (records, timed_out).
+    """
+    # Imported here so that the librdkafka commands work without kafka-python installed.
+    from kafka import KafkaConsumer
+    from kafka import TopicPartition as KpTopicPartition
+    from kafka.errors import KafkaError as KpKafkaError
+
+    deadline = time.monotonic() + timeout
+    try:
+        consumer = KafkaConsumer(
+            bootstrap_servers=bootstrap.split(","), group_id=None, enable_auto_commit=False,
+            client_id="weir-interop-kafka-tool-kafka-python", isolation_level=isolation,
+            auto_offset_reset="earliest" if from_beginning else "latest",
+            # tansu always waits the full max wait before answering a fetch.
+            fetch_max_wait_ms=100, request_timeout_ms=max(1000, int(timeout * 1000)) + 5000)
+    except KpKafkaError as err:
+        raise ToolError(f"kafka-python consumer: {err}") from err
+    records = []
+    try:
+        if partitions:
+            wanted = sorted(partitions)
+        else:
+            wanted = None
+            while wanted is None:
+                found = consumer.partitions_for_topic(topic)
+                if found:
+                    wanted = sorted(found)
+                elif time.monotonic() >= deadline:
+                    raise ToolError(f"topic {topic!r} not in kafka-python's metadata")
+                else:
+                    time.sleep(0.1)  # poll interval of a bounded metadata wait
+        tps = [KpTopicPartition(topic, p) for p in wanted]
+        consumer.assign(tps)
+        if from_beginning:
+            consumer.seek_to_beginning(*tps)
+        else:
+            consumer.seek_to_end(*tps)
+        while count is None or len(records) < count:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return records, True
+            polled = consumer.poll(timeout_ms=int(min(left, 0.5) * 1000))
+            for tp in sorted(polled, key=lambda tp: tp.partition):
+                for record in polled[tp]:
+                    records.append(on_record(record) if on_record else record)
+            if until_eof:
+                at_end = True
+                for tp in tps:
+                    high = consumer.highwater(tp)
+                    if high is None or consumer.position(tp) < high:
+                        at_end = False
+                        break
+                if at_end:
+                    break
+        return records, False
+    except KpKafkaError as err:
+        raise ToolError(f"kafka-python consumer: {err}") from err
+    finally:
+        consumer.close()
+
+
 # ---- command line -----------------------------------------------------------------------
 
 
@@ -369,11 +456,25 @@ def cmd_consume(args, extra):
         emit(message_to_json(msg, args.encoding))
         return None
 
-    records, timed_out = consume_records(
-        args.bootstrap, args.topic, count=args.count, isolation=args.isolation,
-        from_beginning=args.from_beginning, group_id=args.group_id, partitions=args.partition,
-        timeout=args.timeout, until_eof=args.until_eof, commit=args.commit, extra=extra,
-        on_record=print_record)
+    if args.client == "kafka-python":
+        if args.group_id or args.commit or extra:
+            raise ToolError("--client kafka-python supports neither --group-id, --commit nor -X")
+
+        def print_kafka_python_record(record):
+            emit(kafka_python_record_to_json(record, args.encoding))
+            return None
+
+        records, timed_out = consume_records_kafka_python(
+            args.bootstrap, args.topic, count=args.count, isolation=args.isolation,
+            from_beginning=args.from_beginning, partitions=args.partition,
+            timeout=args.timeout, until_eof=args.until_eof,
+            on_record=print_kafka_python_record)
+    else:
+        records, timed_out = consume_records(
+            args.bootstrap, args.topic, count=args.count, isolation=args.isolation,
+            from_beginning=args.from_beginning, group_id=args.group_id,
+            partitions=args.partition, timeout=args.timeout, until_eof=args.until_eof,
+            commit=args.commit, extra=extra, on_record=print_record)
     if timed_out and args.count is not None:
         print(f"kafka_tool: timed out after {args.timeout}s with {len(records)} of "
               f"{args.count} records", file=sys.stderr)
@@ -507,6 +608,10 @@ def build_parser():
     consume.add_argument("--until-eof", action="store_true",
                          help="stop at the end of every assigned partition")
     consume.add_argument("--timeout", type=float, default=10.0, help="seconds (default 10)")
+    consume.add_argument("--client", choices=("confluent-kafka", "kafka-python"),
+                         default="confluent-kafka",
+                         help="the client that reads: librdkafka (default) or kafka-python "
+                              "(direct assignment only: no --group-id, --commit or -X)")
 
     group_consume = sub.add_parser(
         "group-consume", help="consume in a group, printing assignment events and records")
