@@ -12,6 +12,9 @@ use std::time::Duration;
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use weir_group::assignor::{Assignor, GroupSubscription, MemberSubscription};
+use weir_group::task_assignor::{
+    self, ClientState, TaskAssignmentInput, TaskAssignorConfig, TaskId,
+};
 
 const TOPICS: usize = 10;
 const PARTITIONS_PER_TOPIC: i32 = 1_000;
@@ -95,6 +98,37 @@ fn bench(c: &mut Criterion) {
         b.iter(|| Assignor::CooperativeSticky.assign(black_box(&unequal_join)))
     });
     group.finish();
+
+    // The high-availability task assignor at Kafka Streams scale: 100
+    // instances of 4 threads, 1,000 stateful and 200 stateless tasks, one
+    // standby each; a settled group that just gained an instance.
+    let config = TaskAssignorConfig {
+        num_standby_replicas: 1,
+        ..TaskAssignorConfig::default()
+    };
+    let mut input = TaskAssignmentInput {
+        clients: (0..100)
+            .map(|i| (format!("instance-{i:03}"), ClientState::new(4)))
+            .collect(),
+        stateful_tasks: (0..1_000).map(|p| TaskId::new(0, p)).collect(),
+        stateless_tasks: (0..200).map(|p| TaskId::new(1, p)).collect(),
+    };
+    if let Ok(first) = task_assignor::assign(&input, &config) {
+        for (id, c) in input.clients.iter_mut() {
+            let a = &first.clients[id];
+            c.previous_active = a.active.clone();
+            c.previous_standby = a.standby.clone();
+            c.lags = a.standby.iter().map(|t| (*t, 0)).collect();
+        }
+    }
+    input
+        .clients
+        .insert("instance-new".into(), ClientState::new(4));
+    let mut ha = c.benchmark_group("ha_task_assignor");
+    ha.bench_function("1k_stateful_100_instances_one_joins", |b| {
+        b.iter(|| task_assignor::assign(black_box(&input), &config))
+    });
+    ha.finish();
 }
 
 criterion_group! {
