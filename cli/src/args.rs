@@ -2,6 +2,8 @@
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
+use crate::store_cmd::StoreCommand;
+
 /// weir: produce, consume and inspect Kafka topics and Weir state stores.
 #[derive(Debug, Parser)]
 #[command(name = "weir", version, about)]
@@ -28,6 +30,12 @@ pub enum Command {
     Offsets(OffsetsArgs),
     /// Run a stateful word count on an embedded cluster (no setup needed).
     Demo(crate::demo::DemoArgs),
+    /// Inspect a Weir state store directory (no broker needed).
+    Store {
+        /// The store command.
+        #[command(subcommand)]
+        command: StoreCommand,
+    },
 }
 
 /// Where the cluster is, and extra client properties.
@@ -89,6 +97,12 @@ pub struct ProduceArgs {
     /// Produce to this partition instead of the partitioner's choice.
     #[arg(short = 'p', long)]
     pub partition: Option<i32>,
+    /// Send all of stdin in one transaction with this transactional.id, then commit it.
+    #[arg(long)]
+    pub transactional_id: Option<String>,
+    /// With --transactional-id: abort the transaction instead of committing it.
+    #[arg(long, requires = "transactional_id")]
+    pub abort: bool,
 }
 
 /// Isolation levels.

@@ -11,7 +11,9 @@ mod demo;
 mod format;
 mod offsets;
 mod produce;
+mod store_cmd;
 mod topics;
+mod txn_produce;
 
 use std::process::ExitCode;
 
@@ -28,7 +30,10 @@ fn main() -> ExitCode {
         )
         .with_writer(std::io::stderr)
         .init();
-    let result = run_async(cli.command);
+    let result = match cli.command {
+        Command::Store { command } => store_cmd::run(command),
+        command => run_async(command),
+    };
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(message) => {
@@ -51,6 +56,7 @@ fn run_async(command: Command) -> Result<(), String> {
             Command::Topics { command } => topics::run(command).await,
             Command::Offsets(args) => offsets::run(args).await,
             Command::Demo(args) => demo::run(args).await,
+            Command::Store { .. } => Err("store commands run without the async runtime".into()),
         }
     })
 }

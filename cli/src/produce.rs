@@ -39,6 +39,18 @@ pub async fn run(args: ProduceArgs) -> Result<(), String> {
     }
     let mut props = args.connect.properties()?;
     props.push(("compression.type".into(), codec_name(args.codec).into()));
+    if let Some(id) = &args.transactional_id {
+        if args.partition.is_some() {
+            return Err("--partition is not supported with --transactional-id".into());
+        }
+        let mut lines = Vec::new();
+        for line in std::io::stdin().lock().lines() {
+            let line = line.map_err(|e| format!("reading stdin: {e}"))?;
+            let (key, value) = split_line(&line, args.key_delimiter.as_deref());
+            lines.push((key.map(str::to_owned), value.to_owned()));
+        }
+        return crate::txn_produce::run(props, &args.topic, id, args.abort, lines).await;
+    }
     let config = ProducerConfig::from_properties(&as_pairs(&props)).map_err(|e| e.to_string())?;
     let producer = Producer::new(config).await.map_err(|e| e.to_string())?;
 
