@@ -132,9 +132,6 @@ pub async fn run(args: DemoArgs) -> Result<(), String> {
             ("client.id", "weir-demo"),
             ("linger.ms", "5"),
             ("compression.type", "lz4"),
-            // TODO(producer ordering): with several requests in flight the
-            // sender can write them out of sequence order; remove once fixed.
-            ("max.in.flight.requests.per.connection", "1"),
         ])
         .map_err(|e| e.to_string())?,
     )

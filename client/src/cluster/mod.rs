@@ -354,6 +354,47 @@ impl Cluster {
         result
     }
 
+    /// Queues `req` on the connection to `broker` on `lane` and returns as
+    /// soon as its frame is queued, with a future for the response. Calls
+    /// made one after another from one task put their requests on the wire
+    /// in that order, while their responses are awaited concurrently (the
+    /// producer's per-broker dispatch relies on this). As with
+    /// [`request`](Self::request), a lost connection is dropped from the
+    /// pool, whether the loss shows before or after queueing.
+    ///
+    /// # Errors
+    /// As [`request`](Self::request): this call for failures before the
+    /// frame is queued, the returned future for the rest.
+    pub async fn enqueue<R>(
+        &self,
+        broker: BrokerId,
+        lane: Lane,
+        req: &R,
+    ) -> Result<impl Future<Output = Result<R::Response>> + Send + 'static + use<R>>
+    where
+        R: Request + 'static,
+        R::Response: ThrottleTime + Send + 'static,
+    {
+        let conn = self.connection(broker, lane).await?;
+        let pending = match conn.enqueue(req).await {
+            Ok(pending) => pending,
+            Err(e) => {
+                if e.is_network() {
+                    self.inner.pool.discard(broker, lane, &conn).await;
+                }
+                return Err(e);
+            }
+        };
+        let cluster = self.clone();
+        Ok(async move {
+            let result = pending.response().await;
+            if result.as_ref().is_err_and(ClientError::is_network) {
+                cluster.inner.pool.discard(broker, lane, &conn).await;
+            }
+            result
+        })
+    }
+
     /// [`request`](Self::request) with its own timeout instead of
     /// `request.timeout.ms`: for requests the broker may legitimately hold
     /// longer, such as JoinGroup (up to the rebalance timeout) or a Fetch

@@ -147,14 +147,14 @@ impl Shared {
 /// Removes or abandons a request's map entry unless the response was taken,
 /// so a cancelled request leaves nothing behind but a tombstone for the
 /// response that is still on its way.
-struct PendingGuard<'a> {
-    shared: &'a Shared,
+struct PendingGuard {
+    shared: Arc<Shared>,
     correlation_id: i32,
     sent: bool,
     done: bool,
 }
 
-impl Drop for PendingGuard<'_> {
+impl Drop for PendingGuard {
     fn drop(&mut self) {
         if self.done {
             return;
@@ -167,6 +167,98 @@ impl Drop for PendingGuard<'_> {
                 }
             } else {
                 pending.remove(&self.correlation_id);
+            }
+        }
+    }
+}
+
+/// A queued request's response frame, on its way.
+struct AwaitedFrame {
+    guard: PendingGuard,
+    rx: oneshot::Receiver<Delivery>,
+}
+
+impl AwaitedFrame {
+    /// Waits at most `timeout` for the frame. Dropping this future
+    /// abandons the request: its response is read and discarded.
+    async fn frame(mut self, api: ApiKey, timeout: Duration) -> Result<Bytes> {
+        let shared = Arc::clone(&self.guard.shared);
+        let closed = || match &*shared.lock() {
+            State::Poisoned(cause) => shared.poisoned_error(Arc::clone(cause)),
+            State::Open { .. } => ClientError::ConnectionClosed {
+                broker: shared.broker.clone(),
+            },
+        };
+        match tokio::time::timeout(timeout, &mut self.rx).await {
+            Ok(Ok(Ok(frame))) => {
+                self.guard.done = true;
+                Ok(frame)
+            }
+            Ok(Ok(Err(cause))) => {
+                self.guard.done = true;
+                Err(shared.poisoned_error(cause))
+            }
+            Ok(Err(_)) => {
+                self.guard.done = true;
+                Err(closed())
+            }
+            Err(_) => Err(ClientError::RequestTimeout {
+                broker: shared.broker.clone(),
+                api,
+                after: timeout,
+            }),
+        }
+    }
+}
+
+/// The response to a request already queued on a connection (see
+/// [`Messenger::enqueue`]). Dropping it abandons the request: the response
+/// is read and discarded when it comes.
+pub struct PendingResponse<R> {
+    waiting: AwaitedFrame,
+    api: ApiKey,
+    version: i16,
+    timeout: Duration,
+    throttle: Arc<Throttle>,
+    _response: std::marker::PhantomData<fn() -> R>,
+}
+
+impl<R> std::fmt::Debug for PendingResponse<R> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PendingResponse")
+            .field("broker", &self.waiting.guard.shared.broker)
+            .field("api", &self.api)
+            .field("correlation_id", &self.waiting.guard.correlation_id)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<R> PendingResponse<R>
+where
+    R: Request,
+    R::Response: ThrottleTime,
+{
+    /// Waits for the response (at most `request.timeout.ms` from now) and
+    /// decodes it.
+    ///
+    /// # Errors
+    /// As [`Messenger::request`].
+    pub async fn response(self) -> Result<R::Response> {
+        let shared = Arc::clone(&self.waiting.guard.shared);
+        let frame = self.waiting.frame(self.api, self.timeout).await?;
+        match decode_response::<R>(frame, self.version) {
+            Ok((_, response)) => {
+                self.throttle.record(response.throttle_time_ms());
+                Ok(response)
+            }
+            Err(source) => {
+                // The frame boundaries held, but the body does not match what
+                // we asked for: a hostile or confused peer. Drop the connection.
+                let cause = shared.poison(ClientError::Protocol {
+                    broker: shared.broker.clone(),
+                    source,
+                });
+                Err(shared.poisoned_error(cause))
             }
         }
     }
@@ -368,6 +460,38 @@ impl Messenger {
             .map(|_| ())
     }
 
+    /// Queues `req` at the negotiated version for the writer and returns
+    /// as soon as its frame is queued, with a handle on the response.
+    ///
+    /// Frames reach the socket in the order they were queued, so a caller
+    /// that queues requests one after another from a single task fixes their
+    /// order on the wire (the idempotent producer needs this: the broker
+    /// refuses a batch whose sequence skips ahead). Awaiting the responses
+    /// can then happen anywhere, concurrently.
+    ///
+    /// # Errors
+    /// As [`request`](Self::request), for failures before the frame is queued.
+    pub async fn enqueue<R>(&self, req: &R) -> Result<PendingResponse<R>>
+    where
+        R: Request,
+        R::Response: ThrottleTime,
+    {
+        let version = self.version_for::<R>()?;
+        let api = api_key_of::<R>().map_err(|e| self.protocol_error(e))?;
+        let waiting = self
+            .queue_frame(api, version, req, true)
+            .await?
+            .ok_or(ClientError::Closed)?;
+        Ok(PendingResponse {
+            waiting,
+            api,
+            version,
+            timeout: self.options.request_timeout,
+            throttle: Arc::clone(&self.options.throttle),
+            _response: std::marker::PhantomData,
+        })
+    }
+
     /// Sends one request frame and, if `expect_response`, returns the response frame.
     pub(super) async fn roundtrip<R: Request>(
         &self,
@@ -377,6 +501,22 @@ impl Messenger {
         timeout: Duration,
         expect_response: bool,
     ) -> Result<Option<Bytes>> {
+        match self.queue_frame(api, version, req, expect_response).await? {
+            Some(waiting) => waiting.frame(api, timeout).await.map(Some),
+            None => Ok(None),
+        }
+    }
+
+    /// Waits for room in the writer's queue (and for the broker's throttle)
+    /// and queues one request frame. Returns the response's waiter if
+    /// `expect_response`.
+    async fn queue_frame<R: Request>(
+        &self,
+        api: ApiKey,
+        version: i16,
+        req: &R,
+        expect_response: bool,
+    ) -> Result<Option<AwaitedFrame>> {
         self.options.throttle.wait().await;
         let correlation_id = self.next_id();
         let mut buf = BytesMut::new();
@@ -403,7 +543,7 @@ impl Messenger {
             }
         }
         let mut guard = PendingGuard {
-            shared: &self.shared,
+            shared: Arc::clone(&self.shared),
             correlation_id,
             sent: false,
             done: !expect_response,
@@ -418,26 +558,8 @@ impl Messenger {
         if !expect_response {
             return Ok(None);
         }
-        tracing::trace!(broker = %self.shared.broker, ?api, version, correlation_id, "request sent");
-        match tokio::time::timeout(timeout, rx).await {
-            Ok(Ok(Ok(frame))) => {
-                guard.done = true;
-                Ok(Some(frame))
-            }
-            Ok(Ok(Err(cause))) => {
-                guard.done = true;
-                Err(self.shared.poisoned_error(cause))
-            }
-            Ok(Err(_)) => {
-                guard.done = true;
-                Err(self.closed_error())
-            }
-            Err(_) => Err(ClientError::RequestTimeout {
-                broker: self.shared.broker.clone(),
-                api,
-                after: timeout,
-            }),
-        }
+        tracing::trace!(broker = %self.shared.broker, ?api, version, correlation_id, "request queued");
+        Ok(Some(AwaitedFrame { guard, rx }))
     }
 
     fn next_id(&self) -> i32 {
@@ -477,6 +599,9 @@ pub fn version_cap(api: ApiKey) -> Option<i16> {
         // v10 names topics by id.
         ApiKey::OffsetFetch => Some(9),
         ApiKey::OffsetCommit => Some(9),
+        // v4+ (KIP-890) is the brokers' verification form; clients send
+        // v3, as Kafka's own producer does (and tansu drops v4+).
+        ApiKey::AddPartitionsToTxn => Some(3),
         _ => None,
     }
 }

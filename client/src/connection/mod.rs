@@ -14,7 +14,7 @@ use std::time::Duration;
 use tokio::net::TcpStream;
 
 pub use handshake::{SaslConfig, SaslMechanism};
-pub use messenger::{Messenger, MessengerOptions, version_cap};
+pub use messenger::{Messenger, MessengerOptions, PendingResponse, version_cap};
 pub use throttle::{Throttle, ThrottleTime};
 pub use tls::TlsConfig;
 

@@ -465,3 +465,5 @@ impl Shared {
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod wire_order_tests;

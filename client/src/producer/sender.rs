@@ -22,9 +22,6 @@ use weir_protocol::kafka_protocol::messages::{
 use weir_protocol::kafka_protocol::protocol::StrBytes;
 use weir_protocol::records::{BatchBuilder, BatchOptions};
 
-use std::future::Future;
-use std::task::Poll;
-
 use super::accumulator::ProducerBatch;
 use super::dispatch::Ticket;
 use super::record::RecordMetadata;
@@ -305,37 +302,38 @@ async fn send_request(shared: Arc<Shared>, mut request: Outgoing) {
             .with_topic_data(topics);
         let broker = request.broker;
         // Encoding (and compressing) above ran in parallel with other
-        // requests; writing waits for this request's turn.
+        // requests; writing waits for this request's turn, and the turn
+        // ends only once the frame is queued on the connection (whose
+        // writer keeps queue order), not when a first poll happens to
+        // return: waiting for the pool, the broker's throttle or room in
+        // the queue would otherwise let a later request overtake.
         request.ticket.wait_turn().await;
-        let ticket = request.ticket;
         if options.acks == Acks::None {
-            let result = in_turn(
-                ticket,
-                shared.cluster.send_oneway(broker, Lane::Produce, &req),
-            )
-            .await;
+            let result = shared
+                .cluster
+                .send_oneway(broker, Lane::Produce, &req)
+                .await;
+            drop(request.ticket);
             handle_unanswered(&shared, broker, sendable, result.err());
         } else {
-            match in_turn(ticket, shared.cluster.request(broker, Lane::Produce, &req)).await {
+            let queued = shared.cluster.enqueue(broker, Lane::Produce, &req).await;
+            drop(request.ticket);
+            let result = match queued {
+                Ok(response) => response.await,
+                Err(e) => Err(e),
+            };
+            match result {
                 Ok(response) => handle_response(&shared, broker, sendable, response),
                 Err(e) => handle_unanswered(&shared, broker, sendable, Some(e)),
             }
         }
+    } else {
+        // Nothing to write: still end the turn in order, so that no later
+        // request is let through while an earlier one is not yet queued.
+        request.ticket.wait_turn().await;
     }
     shared.requests_in_flight.fetch_sub(1, Ordering::AcqRel);
     shared.wake.notify_one();
-}
-
-/// Polls `request` once, which queues its frame on an open connection,
-/// then ends the turn and waits for the rest.
-async fn in_turn<F: Future>(ticket: Ticket, request: F) -> F::Output {
-    tokio::pin!(request);
-    let first = std::future::poll_fn(|cx| Poll::Ready(request.as_mut().poll(cx))).await;
-    drop(ticket);
-    match first {
-        Poll::Ready(output) => output,
-        Poll::Pending => request.await,
-    }
 }
 
 /// `acks=0` (no response expected) or a request that got no response.
