@@ -2,6 +2,7 @@
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
+use crate::groups_cmd::GroupsCommand;
 use crate::store_cmd::StoreCommand;
 
 /// weir: produce, consume and inspect Kafka topics and Weir state stores.
@@ -30,6 +31,8 @@ pub enum Command {
     Offsets(OffsetsArgs),
     /// Run a stateful word count on an embedded cluster (no setup needed).
     Demo(crate::demo::DemoArgs),
+    /// List consumer groups, or describe their members, assignments and lag.
+    Groups(GroupsArgs),
     /// Inspect a Weir state store directory (no broker needed).
     Store {
         /// The store command.
@@ -128,9 +131,16 @@ pub struct ConsumeArgs {
     /// Only this partition (default: all).
     #[arg(short = 'p', long)]
     pub partition: Option<i32>,
-    /// Start at the log start instead of the end.
+    /// Start at the log start instead of the end (in a group: where the
+    /// group has no committed offset).
     #[arg(long)]
     pub from_beginning: bool,
+    /// Consume as a member of this consumer group, committing offsets as it goes.
+    #[arg(short = 'G', long, conflicts_with_all = ["partition", "exit_at_end"])]
+    pub group: Option<String>,
+    /// With --group: a static member id (group.instance.id).
+    #[arg(long, requires = "group")]
+    pub instance_id: Option<String>,
     /// Exit after this many records.
     #[arg(short = 'c', long)]
     pub count: Option<u64>,
@@ -189,6 +199,17 @@ pub enum TopicsCommand {
         /// The topic name.
         name: String,
     },
+}
+
+/// `weir groups …`.
+#[derive(Debug, Args)]
+pub struct GroupsArgs {
+    /// The cluster.
+    #[command(flatten)]
+    pub connect: ConnectArgs,
+    /// The groups command.
+    #[command(subcommand)]
+    pub command: GroupsCommand,
 }
 
 /// `weir offsets`.

@@ -7,6 +7,9 @@ use weir_client::admin::OffsetSpec;
 use weir_client::config::consumer::ConsumerConfig;
 use weir_client::consumer::{Consumer, SeekTo, TopicPartition};
 
+use weir_group::group_consumer::GroupConsumer;
+use weir_group::member::{MemberConfig, ShutdownMode};
+
 use crate::args::{ConsumeArgs, Isolation};
 use crate::connect::{admin, as_pairs, topic};
 use crate::format::RecordFormat;
@@ -16,6 +19,9 @@ pub async fn run(args: ConsumeArgs) -> Result<(), String> {
     let format = RecordFormat::parse(&args.format)?;
     let admin = admin(&args.connect).await?;
     let meta = topic(&admin, &args.topic).await?;
+    if let Some(group) = args.group.clone() {
+        return run_in_group(args, group, format).await;
+    }
     let partitions: Vec<i32> = match args.partition {
         Some(p) if meta.partition(p).is_some() => vec![p],
         Some(p) => return Err(format!("topic {} has no partition {p}", args.topic)),
@@ -108,4 +114,57 @@ pub async fn run(args: ConsumeArgs) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+/// `--group`: a member of a consumer group, committing after each batch it prints.
+async fn run_in_group(
+    args: ConsumeArgs,
+    group: String,
+    format: RecordFormat,
+) -> Result<(), String> {
+    let mut props = args.connect.properties()?;
+    let isolation = match args.isolation {
+        Isolation::ReadCommitted => "read_committed",
+        Isolation::ReadUncommitted => "read_uncommitted",
+    };
+    props.push(("isolation.level".into(), isolation.into()));
+    let reset = if args.from_beginning {
+        "earliest"
+    } else {
+        "latest"
+    };
+    props.push(("auto.offset.reset".into(), reset.into()));
+    let config = ConsumerConfig::from_properties(&as_pairs(&props)).map_err(|e| e.to_string())?;
+    let mut member = MemberConfig::new(group.clone(), [args.topic.clone()]);
+    member.instance_id = args.instance_id.clone();
+    let mut consumer = GroupConsumer::connect(config, member)
+        .await
+        .map_err(|e| format!("joining group {group}: {e}"))?;
+    let stdout = std::io::stdout();
+    let mut printed = 0u64;
+    while args.count.is_none_or(|c| printed < c) {
+        let records = consumer.poll().await.map_err(|e| e.to_string())?;
+        let mut out = stdout.lock();
+        for record in &records {
+            if args.count.is_some_and(|c| printed >= c) {
+                break;
+            }
+            format
+                .write(&mut out, record)
+                .map_err(|e| format!("writing stdout: {e}"))?;
+            printed += 1;
+        }
+        out.flush().map_err(|e| format!("writing stdout: {e}"))?;
+        drop(out);
+        if !records.is_empty() {
+            consumer
+                .commit()
+                .await
+                .map_err(|e| format!("committing offsets: {e}"))?;
+        }
+    }
+    consumer
+        .close(ShutdownMode::Default)
+        .await
+        .map_err(|e| format!("leaving group {group}: {e}"))
 }

@@ -9,6 +9,7 @@ mod connect;
 mod consume;
 mod demo;
 mod format;
+mod groups_cmd;
 mod offsets;
 mod produce;
 mod store_cmd;
@@ -55,6 +56,7 @@ fn run_async(command: Command) -> Result<(), String> {
             Command::Consume(args) => consume::run(args).await,
             Command::Topics { command } => topics::run(command).await,
             Command::Offsets(args) => offsets::run(args).await,
+            Command::Groups(args) => groups_cmd::run(&args.connect.brokers, args.command).await,
             Command::Demo(args) => demo::run(args).await,
             Command::Store { .. } => Err("store commands run without the async runtime".into()),
         }
