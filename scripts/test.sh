@@ -19,6 +19,7 @@
 #   WEIR_PYTHON         python with confluent-kafka and kafka-python, for interop tests
 #   WEIR_KAFKA_TOOL     absolute path of scripts/interop/kafka_tool.py, to run with it:
 #                       "$WEIR_PYTHON" "$WEIR_KAFKA_TOOL" consume -t TOPIC --from-beginning ...
+#   WEIR_TESTKIT_BIN    the standalone weir-testkit binary (built before the tests)
 #   WEIR_BROKER_KIND    "tansu" when this script started tansu (so tests can name its known
 #                       faults when they skip); with KAFKA_BOOTSTRAP given, the caller's value
 # CARGO_TARGET_DIR is respected; by default cargo's target/ is used.
@@ -141,6 +142,22 @@ fmt_color=()
 [[ -t 1 ]] || fmt_color=(--color never)
 step fmt cargo fmt --all -- --check "${fmt_color[@]}"
 step clippy cargo clippy --workspace --all-targets -- -D warnings
+# The standalone testkit broker, for interop tests that run librdkafka against it as an
+# external process (WEIR_TESTKIT_BIN); without it they use an in-process cluster and say so.
+section "testkit binary"
+if WEIR_TESTKIT_BIN="$(cargo build -p weir-testkit --bin weir-testkit \
+    --message-format=json-render-diagnostics |
+    python3 -c 'import json, sys
+for line in sys.stdin:
+    msg = json.loads(line)
+    if msg.get("reason") == "compiler-artifact" and msg.get("executable"):
+        print(msg["executable"])' | tail -n1)" && [[ -x "$WEIR_TESTKIT_BIN" ]]; then
+    export WEIR_TESTKIT_BIN
+    note "WEIR_TESTKIT_BIN=$WEIR_TESTKIT_BIN"
+else
+    note "testkit-binary FAILED: could not build the weir-testkit binary"
+    FAILED_STEPS+=("testkit-binary")
+fi
 if [[ "$TEST_RUNNER" == nextest ]]; then
     step tests cargo nextest run --workspace --no-fail-fast
 else
