@@ -492,3 +492,42 @@ async fn the_initial_rebalance_delay_set_on_the_builder_gathers_the_first_member
         "one generation with both"
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_moved_coordinator_keeps_the_group_and_the_old_broker_answers_not_coordinator() {
+    let cluster = cluster(3).await;
+    let mut c = client(&cluster, 0, "c").await;
+    let find = FindCoordinatorRequest::default()
+        .with_key(s("g"))
+        .with_key_type(0);
+    let home = c.call(3, &find).await.node_id.0;
+    let mut old = client(&cluster, home, "m").await;
+    let (member, generation) = join_alone(&mut old, "g", 5).await;
+    let synced = old
+        .call(
+            5,
+            &sync_request("g", &member, generation, None, &[(&member, b"p")], 5),
+        )
+        .await;
+    assert_eq!(synced.error_code, 0);
+
+    let to = (home + 1) % 3;
+    assert_eq!(cluster.move_coordinator("g", to).await.unwrap(), home);
+    assert_eq!(c.call(3, &find).await.node_id.0, to);
+    assert_eq!(
+        heartbeat(&mut old, "g", &member, generation).await,
+        16,
+        "NOT_COORDINATOR from the old broker"
+    );
+    // The member, its generation and its session moved with the group.
+    let mut new = client(&cluster, to, "m").await;
+    assert_eq!(heartbeat(&mut new, "g", &member, generation).await, 0);
+    assert_eq!(
+        cluster
+            .move_coordinator("g", 7)
+            .await
+            .unwrap_err()
+            .to_string(),
+        weir_testkit::TestkitError::UnknownBroker(7).to_string()
+    );
+}

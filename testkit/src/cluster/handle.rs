@@ -340,6 +340,34 @@ impl Cluster {
         .await?
     }
 
+    /// Moves the coordinator of a group or transactional id to broker `to`,
+    /// as Kafka does when the leadership of its `__consumer_offsets` or
+    /// `__transaction_state` partition moves. The state (members,
+    /// generations, offsets, open transactions) moves with it, as the new
+    /// coordinator loads it from the log; requests still sent to the old
+    /// broker get `NOT_COORDINATOR`, and FindCoordinator names the new one.
+    /// Returns the broker that coordinated the key before.
+    ///
+    /// # Errors
+    /// [`TestkitError::UnknownBroker`].
+    pub async fn move_coordinator(&self, key: &str, to: i32) -> Result<i32> {
+        let key = key.to_owned();
+        self.with_state(move |s| {
+            if usize::try_from(to)
+                .ok()
+                .and_then(|i| s.brokers.get(i))
+                .is_none()
+            {
+                return Err(TestkitError::UnknownBroker(to));
+            }
+            let from = crate::coordinator::driver::coordinator_node(s, &key).unwrap_or(-1);
+            s.coordinator_moves.insert(key.clone(), to);
+            info!(key, from, to, "coordinator moved");
+            Ok(from)
+        })
+        .await?
+    }
+
     /// Stops a broker: its listener closes and its connections drop. Each
     /// partition it led moves to its next live replica (leader epoch + 1);
     /// a partition with no other live replica goes offline (Metadata reports

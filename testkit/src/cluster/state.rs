@@ -148,6 +148,9 @@ pub struct ClusterState {
     pub(crate) connections: HashMap<u64, ConnectionEntry>,
     pub(crate) pending_fetches: Vec<PendingFetch>,
     pub(crate) shared: Arc<Shared>,
+    /// Coordinators moved by [`crate::Cluster::move_coordinator`], by key;
+    /// they take the place of the hashed home broker.
+    pub(crate) coordinator_moves: HashMap<String, i32>,
     next_request_id: RequestId,
     next_topic_id: u128,
 }
@@ -167,6 +170,7 @@ impl ClusterState {
             connections: HashMap::new(),
             pending_fetches: Vec::new(),
             shared,
+            coordinator_moves: HashMap::new(),
             next_request_id: 1,
             next_topic_id: 1,
         }
@@ -220,8 +224,12 @@ impl ClusterState {
 
     /// The broker that coordinates a group or transactional id: a stable
     /// hash of the key over all brokers, like Kafka's partition of
-    /// `__consumer_offsets` / `__transaction_state`.
+    /// `__consumer_offsets` / `__transaction_state`, unless a test moved
+    /// the key's coordinator elsewhere.
     pub fn coordinator_for(&self, key: &str) -> i32 {
+        if let Some(&moved) = self.coordinator_moves.get(key) {
+            return moved;
+        }
         // FNV-1a: stable across runs and platforms, unlike `DefaultHasher`.
         let hash = key.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
             (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
