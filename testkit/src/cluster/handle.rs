@@ -204,21 +204,8 @@ impl Cluster {
         K: Into<String>,
         V: Into<String>,
     {
-        let configs: BTreeMap<String, String> = configs
-            .into_iter()
-            .map(|(k, v)| (k.into(), v.into()))
-            .collect();
-        let name = name.to_owned();
-        self.with_state(move |s| {
-            super::topic_configs::validate(&configs)
-                .and_then(|()| s.create_topic(&name, partitions, 1, configs).map(|_| ()))
-                .map_err(|(code, message)| TestkitError::Kafka {
-                    operation: format!("creating topic {name}"),
-                    code,
-                    message,
-                })
-        })
-        .await?
+        self.create_replicated_topic(name, partitions, 1, configs)
+            .await
     }
 
     /// Like [`Cluster::create_topic`], with `replication_factor` replicas

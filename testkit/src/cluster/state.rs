@@ -363,18 +363,24 @@ impl ClusterState {
             .ok_or((ResponseError::UnknownServerError.code(), String::new()))
     }
 
-    /// Moves every partition led by the dead `broker` to its first live
-    /// replica, bumping the leader epoch, as the controller would. Returns
-    /// how many moved; partitions with no live replica stay offline.
-    pub fn fail_over_from(&mut self, broker: i32) -> usize {
+    /// A snapshot of which brokers are up, usable while the topics are
+    /// borrowed mutably.
+    fn liveness(&self) -> impl Fn(i32) -> bool + use<> {
         let alive: Vec<bool> = self.brokers.iter().map(|b| b.alive).collect();
-        let is_alive = |id: i32| {
+        move |id: i32| {
             usize::try_from(id)
                 .ok()
                 .and_then(|i| alive.get(i))
                 .copied()
                 .unwrap_or(false)
-        };
+        }
+    }
+
+    /// Moves every partition led by the dead `broker` to its first live
+    /// replica, bumping the leader epoch, as the controller would. Returns
+    /// how many moved; partitions with no live replica stay offline.
+    pub fn fail_over_from(&mut self, broker: i32) -> usize {
+        let is_alive = self.liveness();
         let mut moved = 0;
         for topic in self.topics.values_mut() {
             for p in topic.partitions.iter_mut().filter(|p| p.leader == broker) {
@@ -392,14 +398,7 @@ impl ClusterState {
     /// Gives offline partitions that have `broker` as a replica their
     /// leader back once it restarts. Returns how many were elected.
     pub fn elect_offline_partitions(&mut self, broker: i32) -> usize {
-        let alive: Vec<bool> = self.brokers.iter().map(|b| b.alive).collect();
-        let is_alive = |id: i32| {
-            usize::try_from(id)
-                .ok()
-                .and_then(|i| alive.get(i))
-                .copied()
-                .unwrap_or(false)
-        };
+        let is_alive = self.liveness();
         let mut elected = 0;
         for topic in self.topics.values_mut() {
             for p in &mut topic.partitions {

@@ -39,6 +39,8 @@ pub mod produce;
 pub mod sync_group;
 pub mod txn_offset_commit;
 
+use std::collections::HashSet;
+
 use tokio::time::Instant;
 use tracing::debug;
 use weir_protocol::ApiKey;
@@ -181,4 +183,18 @@ pub fn dispatch(state: &mut ClusterState, ctx: &RequestContext, body: RequestKin
 /// Routes a coordinator timer to the group or transaction coordinator.
 pub fn coordinator_timer(state: &mut ClusterState, event: TimerEvent, now: Instant) {
     crate::coordinator::driver::on_timer(state, &event, now);
+}
+
+/// The partitions named in a commit that exist. The group coordinator
+/// refuses the others with `UNKNOWN_TOPIC_OR_PARTITION`; the set is built
+/// first because the coordinator then holds the cluster state mutably.
+fn existing_partitions(
+    state: &ClusterState,
+    offsets: &[crate::coordinator::group::OffsetToCommit],
+) -> HashSet<(String, i32)> {
+    offsets
+        .iter()
+        .filter(|o| state.partition(&o.topic, o.partition).is_some())
+        .map(|o| (o.topic.clone(), o.partition))
+        .collect()
 }

@@ -1,7 +1,5 @@
 //! OffsetCommit: checked against the group's generation and member.
 
-use std::collections::HashSet;
-
 use weir_protocol::kafka_protocol::messages::offset_commit_response::{
     OffsetCommitResponsePartition, OffsetCommitResponseTopic,
 };
@@ -9,7 +7,7 @@ use weir_protocol::kafka_protocol::messages::{
     OffsetCommitRequest, OffsetCommitResponse, ResponseKind,
 };
 
-use super::{Reply, RequestContext};
+use super::{Reply, RequestContext, existing_partitions};
 use crate::cluster::ClusterState;
 use crate::coordinator::driver::{check_coordinator, flush};
 use crate::coordinator::group::{CommitMember, OffsetToCommit};
@@ -28,23 +26,21 @@ pub fn handle(
         .topics
         .iter()
         .flat_map(|t| {
-            t.partitions.iter().map(|p| OffsetToCommit {
-                topic: t.name.0.to_string(),
-                partition: p.partition_index,
-                offset: p.committed_offset,
-                leader_epoch: p.committed_leader_epoch,
-                metadata: p.committed_metadata.as_ref().map(|m| m.to_string()),
+            t.partitions.iter().map(|p| {
+                OffsetToCommit::from_request(
+                    &t.name.0,
+                    p.partition_index,
+                    p.committed_offset,
+                    p.committed_leader_epoch,
+                    p.committed_metadata.as_deref(),
+                )
             })
         })
         .collect();
     let codes = match check_coordinator(state, ctx, &req.group_id.0) {
         Err(code) => vec![code; offsets.len()],
         Ok(()) => {
-            let existing: HashSet<(String, i32)> = offsets
-                .iter()
-                .filter(|o| state.partition(&o.topic, o.partition).is_some())
-                .map(|o| (o.topic.clone(), o.partition))
-                .collect();
+            let existing = existing_partitions(state, &offsets);
             let who = CommitMember {
                 generation: req.generation_id_or_member_epoch,
                 member_id: req.member_id.to_string(),

@@ -2,8 +2,6 @@
 //! coordinator and checked against the group's generation and member
 //! (KIP-447), so a zombie of an older generation is refused.
 
-use std::collections::HashSet;
-
 use weir_protocol::kafka_protocol::messages::txn_offset_commit_response::{
     TxnOffsetCommitResponsePartition, TxnOffsetCommitResponseTopic,
 };
@@ -11,7 +9,7 @@ use weir_protocol::kafka_protocol::messages::{
     ResponseKind, TxnOffsetCommitRequest, TxnOffsetCommitResponse,
 };
 
-use super::{Reply, RequestContext};
+use super::{Reply, RequestContext, existing_partitions};
 use crate::cluster::ClusterState;
 use crate::coordinator::driver::{check_coordinator, flush};
 use crate::coordinator::group::{CommitMember, OffsetToCommit};
@@ -31,12 +29,14 @@ pub fn handle(
         .topics
         .iter()
         .flat_map(|t| {
-            t.partitions.iter().map(|p| OffsetToCommit {
-                topic: t.name.0.to_string(),
-                partition: p.partition_index,
-                offset: p.committed_offset,
-                leader_epoch: p.committed_leader_epoch,
-                metadata: p.committed_metadata.as_ref().map(|m| m.to_string()),
+            t.partitions.iter().map(|p| {
+                OffsetToCommit::from_request(
+                    &t.name.0,
+                    p.partition_index,
+                    p.committed_offset,
+                    p.committed_leader_epoch,
+                    p.committed_metadata.as_deref(),
+                )
             })
         })
         .collect();
@@ -55,11 +55,7 @@ pub fn handle(
     let codes = match checked {
         Err(code) => vec![code; offsets.len()],
         Ok(()) => {
-            let existing: HashSet<(String, i32)> = offsets
-                .iter()
-                .filter(|o| state.partition(&o.topic, o.partition).is_some())
-                .map(|o| (o.topic.clone(), o.partition))
-                .collect();
+            let existing = existing_partitions(state, &offsets);
             let who = if version >= 3 {
                 CommitMember {
                     generation: req.generation_id,

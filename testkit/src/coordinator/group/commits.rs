@@ -35,6 +35,25 @@ pub struct OffsetToCommit {
     pub metadata: Option<String>,
 }
 
+impl OffsetToCommit {
+    /// One partition of an OffsetCommit or TxnOffsetCommit request.
+    pub fn from_request(
+        topic: &str,
+        partition: i32,
+        offset: i64,
+        leader_epoch: i32,
+        metadata: Option<&str>,
+    ) -> Self {
+        Self {
+            topic: topic.to_owned(),
+            partition,
+            offset,
+            leader_epoch,
+            metadata: metadata.map(str::to_owned),
+        }
+    }
+}
+
 /// One partition of an OffsetFetch answer.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FetchedOffset {
