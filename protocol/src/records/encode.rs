@@ -10,9 +10,10 @@ use bytes::Bytes;
 
 use super::compression;
 use super::header::{
-    BatchHeader, Compression, LOG_OVERHEAD, MAGIC_V2, TimestampType, attributes, compute_crc,
+    BatchHeader, COMPRESSION_MASK, Compression, LOG_OVERHEAD, MAGIC_V2, TimestampType, attributes,
+    compute_crc,
 };
-use super::record::RecordHeader;
+use super::record::{Record, RecordHeader};
 use super::varint::{put_varint, put_varlong, varint_len, varlong_len};
 use crate::{ProtocolError, Result};
 
@@ -303,6 +304,61 @@ impl BatchBuilder {
     }
 }
 
+/// Re-encodes a stored batch keeping only `records`, a subset of its own
+/// in offset order, as a log cleaner does: the base offset, last offset
+/// delta, producer id, epoch, base sequence and transactional and control
+/// bits stay, so offsets never move and producer state survives; the
+/// records keep their offsets (the deltas may now have gaps) and are
+/// written uncompressed. With no records left, the result is an empty
+/// batch that readers skip.
+///
+/// # Errors
+/// [`ProtocolError::InvalidBatch`] if a record's offset lies outside the
+/// batch or a record is too large to encode.
+pub fn rewrite_batch(original: &BatchHeader, records: &[Record]) -> Result<Bytes> {
+    let invalid = |message: String| ProtocolError::InvalidBatch {
+        base_offset: original.base_offset,
+        message,
+    };
+    let base_timestamp = records
+        .first()
+        .map_or(original.base_timestamp, |r| r.timestamp);
+    let mut buf = vec![0u8; BatchHeader::LEN];
+    for r in records {
+        let offset_delta = r
+            .offset
+            .checked_sub(original.base_offset)
+            .and_then(|d| i32::try_from(d).ok())
+            .filter(|d| (0..=original.last_offset_delta).contains(d))
+            .ok_or_else(|| invalid(format!("offset {} is outside the batch", r.offset)))?;
+        let encoded = EncodedRecord {
+            offset_delta,
+            timestamp_delta: r.timestamp.wrapping_sub(base_timestamp),
+            key: r.key.as_deref(),
+            value: r.value.as_deref(),
+            headers: &r.headers,
+        };
+        if encoded.encoded_len().is_none() {
+            return Err(invalid(format!(
+                "record at offset {} is too large",
+                r.offset
+            )));
+        }
+        encoded.write_to(&mut buf);
+    }
+    let mut header = *original;
+    header.batch_length = i32::try_from(buf.len() - LOG_OVERHEAD)
+        .map_err(|_| invalid(format!("batch of {} bytes is too large", buf.len())))?;
+    header.attributes = original.attributes & !COMPRESSION_MASK;
+    header.base_timestamp = base_timestamp;
+    header.record_count = i32::try_from(records.len())
+        .map_err(|_| invalid("more than i32::MAX records".to_owned()))?;
+    header.write_to(&mut buf);
+    header.crc = compute_crc(&buf);
+    header.write_to(&mut buf);
+    Ok(Bytes::from(buf))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -372,5 +428,67 @@ mod tests {
             .build()
             .unwrap_err();
         assert!(matches!(err, ProtocolError::InvalidBatch { .. }), "{err:?}");
+    }
+
+    #[test]
+    fn a_rewritten_batch_keeps_offsets_with_gaps_and_its_producer_fields() {
+        use crate::records::{DecodeOptions, decode_batch};
+        let opts = BatchOptions {
+            compression: Compression::Lz4,
+            producer_id: 9,
+            producer_epoch: 1,
+            base_sequence: 100,
+            transactional: true,
+            base_offset: 50,
+            ..Default::default()
+        };
+        let mut b = BatchBuilder::new(opts);
+        for (i, v) in [&b"a"[..], b"b", b"c", b"d"].into_iter().enumerate() {
+            b.push(RecordInput {
+                timestamp: 1_000 + i64::try_from(i).unwrap(),
+                key: Some(Bytes::from_static(v)),
+                value: Some(Bytes::from_static(v)),
+                headers: vec![],
+            });
+        }
+        let original = b.build().unwrap();
+        let header = BatchHeader::parse(&original).unwrap();
+        let decoded = decode_batch(&original, &DecodeOptions::default()).unwrap();
+        let kept: Vec<Record> = decoded
+            .records
+            .iter()
+            .filter(|r| r.offset == 51 || r.offset == 53)
+            .cloned()
+            .collect();
+
+        let rewritten = rewrite_batch(&header, &kept).unwrap();
+        let h = BatchHeader::parse(&rewritten).unwrap();
+        verify_crc(&h, &rewritten).unwrap();
+        assert_eq!(h.compression().unwrap(), Compression::None);
+        assert_eq!(
+            (h.base_offset, h.last_offset_delta, h.record_count),
+            (50, 3, 2)
+        );
+        assert_eq!(
+            (h.producer_id, h.producer_epoch, h.base_sequence),
+            (9, 1, 100)
+        );
+        assert!(h.is_transactional());
+        let again = decode_batch(&rewritten, &DecodeOptions::default()).unwrap();
+        assert_eq!(again.records, kept);
+
+        let empty = rewrite_batch(&header, &[]).unwrap();
+        let h = BatchHeader::parse(&empty).unwrap();
+        assert_eq!((h.record_count, h.next_offset()), (0, 54));
+
+        let mut stray = kept[0].clone();
+        stray.offset = 54;
+        assert!(matches!(
+            rewrite_batch(&header, &[stray]),
+            Err(ProtocolError::InvalidBatch {
+                base_offset: 50,
+                ..
+            })
+        ));
     }
 }

@@ -33,7 +33,7 @@ pub(crate) const LOG_OVERHEAD: usize = 12;
 /// The only record batch format Weir speaks.
 pub const MAGIC_V2: i8 = 2;
 
-const COMPRESSION_MASK: i16 = 0x07;
+pub(crate) const COMPRESSION_MASK: i16 = 0x07;
 const TIMESTAMP_TYPE_BIT: i16 = 1 << 3;
 const TRANSACTIONAL_BIT: i16 = 1 << 4;
 const CONTROL_BIT: i16 = 1 << 5;

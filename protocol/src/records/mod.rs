@@ -11,7 +11,8 @@
 //!   records into raw batches, which a broker stores as bytes, assigning
 //!   offsets with [`set_base_offset`] and [`set_partition_leader_epoch`]
 //!   (neither field is covered by the CRC). [`encode_control_batch`] writes
-//!   transaction markers.
+//!   transaction markers; [`rewrite_batch`] writes what log compaction
+//!   keeps of a batch.
 //!
 //! # Examples
 //!
@@ -62,7 +63,7 @@ mod varint;
 
 pub use control::{ControlKind, ControlRecord, encode_control_batch};
 pub use decode::{DecodeOptions, DecodedBatches, decode_batch, decode_batches, split_batches};
-pub use encode::{BatchBuilder, BatchOptions, RecordInput};
+pub use encode::{BatchBuilder, BatchOptions, RecordInput, rewrite_batch};
 pub use header::{
     BatchHeader, Compression, MAGIC_V2, TimestampType, set_base_offset, set_partition_leader_epoch,
 };

@@ -11,23 +11,14 @@
 //! stays as an empty batch, which readers must skip (next offset = base
 //! offset + last offset delta + 1).
 //!
-//! Rewritten batches are stored uncompressed. `weir_protocol::records`'s
-//! `BatchBuilder` assigns offset deltas `0..n`, so compacted batches, whose
-//! deltas have gaps, are encoded here.
+//! Rewritten batches are stored uncompressed (`rewrite_batch`).
 
 use std::collections::{HashMap, HashSet};
 
 use bytes::Bytes;
-use weir_protocol::records::{BatchHeader, DecodeOptions, Record, decode_batch};
+use weir_protocol::records::{BatchHeader, DecodeOptions, Record, decode_batch, rewrite_batch};
 
 use super::{PartitionLog, StoredBatch};
-
-/// Bits 0-2 (codec) cleared: rewritten batches are uncompressed.
-const CODEC_MASK: i16 = 0x07;
-/// Bytes before the `batch_length` field ends: base offset and length.
-const LOG_OVERHEAD: usize = 12;
-/// The CRC covers everything from the attributes on.
-const CRC_START: usize = 21;
 
 /// What a compaction run did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -112,89 +103,24 @@ pub fn compact(log: &mut PartitionLog, remove_tombstones: bool) -> CompactionSta
             if kept.is_empty() {
                 stats.empty_batches_kept += 1;
             }
-            out.push(rewrite(&b.header, &kept));
+            out.push(rewrite(b, &kept));
         }
     }
     log.batches = out;
     stats
 }
 
-/// Encodes `records` (a subset of the batch's, with their original
-/// offsets) as a batch with the same header fields, uncompressed.
-fn rewrite(original: &BatchHeader, records: &[Record]) -> StoredBatch {
-    let base_timestamp = records
-        .first()
-        .map_or(original.base_timestamp, |r| r.timestamp);
-    let mut buf = vec![0u8; BatchHeader::LEN];
-    for r in records {
-        write_record(&mut buf, r, original.base_offset, base_timestamp);
-    }
-    let mut header = *original;
-    header.batch_length = i32::try_from(buf.len() - LOG_OVERHEAD).unwrap_or(i32::MAX);
-    header.attributes = original.attributes & !CODEC_MASK;
-    header.base_timestamp = base_timestamp;
-    header.record_count = i32::try_from(records.len()).unwrap_or(i32::MAX);
-    write_header(&mut buf, &header);
-    header.crc = crc32c::crc32c(buf.get(CRC_START..).unwrap_or_default());
-    write_header(&mut buf, &header);
-    StoredBatch {
-        header,
-        bytes: Bytes::from(buf),
-    }
-}
-
-fn write_header(buf: &mut [u8], h: &BatchHeader) {
-    let mut w = Vec::with_capacity(BatchHeader::LEN);
-    w.extend_from_slice(&h.base_offset.to_be_bytes());
-    w.extend_from_slice(&h.batch_length.to_be_bytes());
-    w.extend_from_slice(&h.partition_leader_epoch.to_be_bytes());
-    w.push(h.magic as u8);
-    w.extend_from_slice(&h.crc.to_be_bytes());
-    w.extend_from_slice(&h.attributes.to_be_bytes());
-    w.extend_from_slice(&h.last_offset_delta.to_be_bytes());
-    w.extend_from_slice(&h.base_timestamp.to_be_bytes());
-    w.extend_from_slice(&h.max_timestamp.to_be_bytes());
-    w.extend_from_slice(&h.producer_id.to_be_bytes());
-    w.extend_from_slice(&h.producer_epoch.to_be_bytes());
-    w.extend_from_slice(&h.base_sequence.to_be_bytes());
-    w.extend_from_slice(&h.record_count.to_be_bytes());
-    if let Some(dst) = buf.get_mut(..BatchHeader::LEN) {
-        dst.copy_from_slice(&w);
-    }
-}
-
-fn put_varlong(out: &mut Vec<u8>, v: i64) {
-    let mut z = ((v << 1) ^ (v >> 63)) as u64;
-    while z >= 0x80 {
-        out.push((z as u8) | 0x80);
-        z >>= 7;
-    }
-    out.push(z as u8);
-}
-
-fn put_bytes(out: &mut Vec<u8>, data: Option<&[u8]>) {
-    match data {
-        None => put_varlong(out, -1),
-        Some(d) => {
-            put_varlong(out, i64::try_from(d.len()).unwrap_or(i64::MAX));
-            out.extend_from_slice(d);
-        }
-    }
-}
-
-fn write_record(out: &mut Vec<u8>, r: &Record, base_offset: i64, base_timestamp: i64) {
-    let mut body = vec![0u8]; // attributes: unused
-    put_varlong(&mut body, r.timestamp.wrapping_sub(base_timestamp));
-    put_varlong(&mut body, r.offset - base_offset);
-    put_bytes(&mut body, r.key.as_deref());
-    put_bytes(&mut body, r.value.as_deref());
-    put_varlong(&mut body, i64::try_from(r.headers.len()).unwrap_or(0));
-    for h in &r.headers {
-        put_bytes(&mut body, Some(h.key.as_bytes()));
-        put_bytes(&mut body, h.value.as_deref());
-    }
-    put_varlong(out, i64::try_from(body.len()).unwrap_or(0));
-    out.extend_from_slice(&body);
+/// Re-encodes a batch keeping `records`. They are a subset of the batch's
+/// own records, decoded from it, so they fit; should encoding fail anyway,
+/// the batch is kept whole, which only compacts less.
+fn rewrite(original: &StoredBatch, records: &[Record]) -> StoredBatch {
+    rewrite_batch(&original.header, records)
+        .ok()
+        .and_then(|bytes| {
+            let header = BatchHeader::parse(&bytes).ok()?;
+            Some(StoredBatch { header, bytes })
+        })
+        .unwrap_or_else(|| original.clone())
 }
 
 #[cfg(test)]
