@@ -1,3 +1,5 @@
-//! Integration tests against a real broker (see tests/).
+//! Integration tests for Weir: against a real broker (see tests/), and
+//! the exactly-once checker and in-memory dialer used with the testkit.
 
 pub mod eos;
+pub mod testkit_dial;

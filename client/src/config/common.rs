@@ -10,7 +10,7 @@ use super::{
     unknown_property,
 };
 use crate::connection::{
-    ConnectOptions, MessengerOptions, SaslConfig, SaslMechanism, Throttle, TlsConfig,
+    ConnectOptions, Dialer, MessengerOptions, SaslConfig, SaslMechanism, Throttle, TlsConfig,
 };
 use crate::{ClientError, Result};
 
@@ -77,6 +77,9 @@ pub struct ClientConfig {
     pub tls: Option<TlsConfig>,
     /// `sasl.mechanism`, `sasl.username` and `sasl.password` (or `sasl.jaas.config`).
     pub sasl: Option<SaslConfig>,
+    /// Opens connections in place of TCP (set in code only, e.g. to run
+    /// against an in-process cluster in memory); see [`Dialer`].
+    pub dialer: Option<Dialer>,
 }
 
 impl Default for ClientConfig {
@@ -98,6 +101,7 @@ impl Default for ClientConfig {
             ssl_key_location: None,
             tls: None,
             sasl: None,
+            dialer: None,
         }
     }
 }
@@ -311,6 +315,7 @@ impl ClientConfig {
             } else {
                 None
             },
+            dialer: self.dialer.clone(),
         })
     }
 }
@@ -443,6 +448,13 @@ impl ClientConfigBuilder {
         } else {
             SecurityProtocol::SaslPlaintext
         };
+        self
+    }
+
+    /// Opens every connection (bootstrap and brokers) through `dialer`
+    /// instead of TCP; TLS and SASL, if configured, run over its streams.
+    pub fn dialer(mut self, dialer: Dialer) -> Self {
+        self.config.dialer = Some(dialer);
         self
     }
 

@@ -1,8 +1,10 @@
 //! Connections to brokers.
 //!
-//! [`Messenger`] is one connection; [`connect`] dials an address, wraps it in
-//! TLS if configured, and runs the [`handshake`] (ApiVersions, then SASL).
+//! [`Messenger`] is one connection; [`connect`] dials an address (over TCP,
+//! or through a [`Dialer`]), wraps it in TLS if configured, and runs the
+//! [`handshake`] (ApiVersions, then SASL).
 
+mod dial;
 pub mod handshake;
 mod messenger;
 pub mod scram;
@@ -13,6 +15,7 @@ use std::time::Duration;
 
 use tokio::net::TcpStream;
 
+pub use dial::{BoxedStream, ByteStream, Dial, DialFuture, Dialer};
 pub use handshake::{SaslConfig, SaslMechanism};
 pub use messenger::{Messenger, MessengerOptions, PendingResponse, version_cap};
 pub use throttle::{Throttle, ThrottleTime};
@@ -31,6 +34,9 @@ pub struct ConnectOptions {
     pub tls: Option<TlsConfig>,
     /// SASL credentials, if the listener wants them.
     pub sasl: Option<SaslConfig>,
+    /// Opens the byte stream in place of TCP (in-memory tests); TLS and SASL
+    /// still run over what it returns.
+    pub dialer: Option<Dialer>,
 }
 
 /// The host part of `host:port` (brackets of an IPv6 literal removed).
@@ -46,7 +52,8 @@ pub fn host_of(addr: &str) -> &str {
 /// learns the broker's API versions.
 ///
 /// # Errors
-/// [`ClientError::Io`] if dialling fails, [`ClientError::RequestTimeout`]
+/// [`ClientError::Io`] naming `addr` if dialling fails (over TCP or through
+/// the [`Dialer`]), [`ClientError::RequestTimeout`]
 /// (for ApiVersions) if it all takes longer than the connect timeout,
 /// [`ClientError::Tls`] or [`ClientError::Sasl`].
 pub async fn connect(addr: &str, options: &ConnectOptions) -> Result<Messenger> {
@@ -67,21 +74,26 @@ pub async fn connect(addr: &str, options: &ConnectOptions) -> Result<Messenger> 
 }
 
 async fn connect_inner(addr: &str, options: &ConnectOptions) -> Result<Messenger> {
-    let tcp = TcpStream::connect(addr)
-        .await
-        .map_err(|source| ClientError::Io {
-            broker: addr.to_owned(),
-            context: "connecting",
-            source,
-        })?;
-    // Requests are small and latency matters more than packet count.
-    let _ = tcp.set_nodelay(true);
+    let dial_error = |source| ClientError::Io {
+        broker: addr.to_owned(),
+        context: "connecting",
+        source,
+    };
+    let stream: BoxedStream = match &options.dialer {
+        Some(dialer) => dialer.dial(addr).await.map_err(dial_error)?,
+        None => {
+            let tcp = TcpStream::connect(addr).await.map_err(dial_error)?;
+            // Requests are small and latency matters more than packet count.
+            let _ = tcp.set_nodelay(true);
+            Box::new(tcp)
+        }
+    };
     let mut messenger = match &options.tls {
         Some(tls) => {
-            let stream = tls.wrap(host_of(addr), addr, tcp).await?;
+            let stream = tls.wrap(host_of(addr), addr, stream).await?;
             Messenger::start(stream, addr, options.messenger.clone())
         }
-        None => Messenger::start(tcp, addr, options.messenger.clone()),
+        None => Messenger::start(stream, addr, options.messenger.clone()),
     };
     handshake::negotiate_versions(&mut messenger).await?;
     let session = match &options.sasl {
@@ -94,7 +106,12 @@ async fn connect_inner(addr: &str, options: &ConnectOptions) -> Result<Messenger
         // little early; the pool then dials a fresh one.
         messenger.set_expiry(tokio::time::Instant::now() + lifetime.mul_f64(0.85));
     }
-    tracing::debug!(broker = addr, tls = options.tls.is_some(), "connected");
+    tracing::debug!(
+        broker = addr,
+        tls = options.tls.is_some(),
+        dialer = options.dialer.is_some(),
+        "connected"
+    );
     Ok(messenger)
 }
 

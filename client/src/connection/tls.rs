@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use tokio::net::TcpStream;
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio_rustls::TlsConnector;
 use tokio_rustls::client::TlsStream;
 use tokio_rustls::rustls;
@@ -115,21 +115,20 @@ impl TlsConfig {
         Ok(Self::from_rustls(Arc::new(config)))
     }
 
-    /// Runs the TLS handshake over `tcp`, verifying the certificate for `host`.
+    /// Runs the TLS handshake over `stream` (TCP, or what a
+    /// [`Dialer`](super::Dialer) opened), verifying the certificate for `host`.
     ///
     /// # Errors
     /// [`ClientError::Tls`] for an invalid name, [`ClientError::Io`] when the
     /// handshake fails (including certificate verification).
-    pub async fn wrap(
-        &self,
-        host: &str,
-        broker: &str,
-        tcp: TcpStream,
-    ) -> Result<TlsStream<TcpStream>> {
+    pub async fn wrap<S>(&self, host: &str, broker: &str, stream: S) -> Result<TlsStream<S>>
+    where
+        S: AsyncRead + AsyncWrite + Unpin,
+    {
         let name = self.server_name.as_deref().unwrap_or(host).to_owned();
         let name = ServerName::try_from(name).map_err(|e| tls_err("server name", e))?;
         TlsConnector::from(Arc::clone(&self.config))
-            .connect(name, tcp)
+            .connect(name, stream)
             .await
             .map_err(|source| ClientError::Io {
                 broker: broker.to_owned(),
