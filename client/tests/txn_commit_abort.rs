@@ -18,7 +18,7 @@ fn offsets(topic: &str, offset: i64) -> BTreeMap<TopicPartition, i64> {
     BTreeMap::from([(TopicPartition::new(topic, 0), offset)])
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn commit_shows_records_and_offsets_together_and_abort_shows_neither() {
     let kit = testkit(3, &["in", "out"]).await;
     let p = producer(&kit, "app", TransactionConfig::new("tx-commit")).await;
@@ -100,7 +100,7 @@ async fn commit_shows_records_and_offsets_together_and_abort_shows_neither() {
     );
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn partitions_join_the_transaction_in_batches_before_their_first_record() {
     let kit = testkit(4, &["out"]).await;
     let p = producer(&kit, "batcher", TransactionConfig::new("tx-batch")).await;
@@ -186,7 +186,7 @@ async fn tokio_join_all<F: std::future::Future>(
     out
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn misuse_is_refused_with_a_typed_error_and_nothing_is_sent() {
     let kit = testkit(1, &["out"]).await;
     let p = producer(&kit, "misuse", TransactionConfig::new("tx-misuse")).await;

@@ -10,7 +10,7 @@ use txn_support::{all_values, producer, read_committed, testkit};
 use weir_client::producer::ProducerRecord;
 use weir_client::transaction::{TransactionConfig, TransactionErrorClass, TransactionState};
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_new_instance_fences_the_old_one_and_aborts_its_open_transaction() {
     let kit = testkit(2, &["out"]).await;
     let old = producer(&kit, "old", TransactionConfig::new("tx-fence")).await;
@@ -50,7 +50,7 @@ async fn a_new_instance_fences_the_old_one_and_aborts_its_open_transaction() {
     assert_eq!(all_values(&read_committed(&kit, "out", 2).await), ["new-0"]);
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_fenced_producer_s_records_fail_as_fatal() {
     let kit = testkit(1, &["out"]).await;
     let old = producer(&kit, "old", TransactionConfig::new("tx-fence-send")).await;

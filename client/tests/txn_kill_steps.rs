@@ -32,7 +32,7 @@ enum Kill {
 
 /// Runs the app until the input is consumed, or until `kill` in its
 /// second transaction (then it just stops, like a killed process).
-async fn run(kit: &weir_testkit::Cluster, client_id: &str, kill: Option<Kill>) {
+async fn run(kit: &txn_support::Kit, client_id: &str, kill: Option<Kill>) {
     let p = producer(kit, client_id, TransactionConfig::new("tx-app")).await;
     let cluster = client(kit, &format!("{client_id}-consumer")).await;
     let input = TopicPartition::new("in", 0);
@@ -145,22 +145,22 @@ async fn exactly_once_after(kill: Kill) {
     assert_eq!(committed.get(&input), Some(&INPUTS), "killed {kill:?}");
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn killed_after_begin() {
     exactly_once_after(Kill::AfterBegin).await;
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn killed_after_send() {
     exactly_once_after(Kill::AfterSend).await;
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn killed_after_add_offsets() {
     exactly_once_after(Kill::AfterAddOffsets).await;
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn killed_during_end_txn() {
     exactly_once_after(Kill::DuringEndTxn).await;
 }

@@ -1,24 +1,25 @@
-//! Shared setup for the transaction tests: a testkit cluster over TCP and
-//! a read_committed reader.
-//!
-//! The client dials brokers over TCP only (it has no in-memory transport),
-//! and the testkit README warns that paused time and real sockets do not
-//! mix; so these tests run on real time with timeouts of a few hundred ms.
+//! Shared setup for the transaction tests: a testkit cluster reached in
+//! memory (through weir-integration's testkit dialer) and a read_committed
+//! reader. The tests run on tokio's paused clock, so every timeout is exact
+//! and costs no real time.
 
 #![allow(dead_code)]
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use weir_client::Cluster;
-use weir_client::config::ClientConfig;
 use weir_client::config::consumer::{AutoOffsetReset, ConsumerOptions, IsolationLevel};
 use weir_client::config::producer::ProducerOptions;
 use weir_client::consumer::{Consumer, SeekTo, TopicPartition};
 use weir_client::transaction::{TransactionConfig, TransactionalProducer};
+use weir_integration::testkit_dial::client_config;
 
-pub async fn testkit(partitions: i32, topics: &[&str]) -> weir_testkit::Cluster {
-    let cluster = weir_testkit::Cluster::builder().build().await.unwrap();
+pub type Kit = Arc<weir_testkit::Cluster>;
+
+pub async fn testkit(partitions: i32, topics: &[&str]) -> Kit {
+    let cluster = Arc::new(weir_testkit::Cluster::builder().build().await.unwrap());
     for t in topics {
         cluster
             .create_topic(t, partitions, [] as [(&str, &str); 0])
@@ -28,23 +29,15 @@ pub async fn testkit(partitions: i32, topics: &[&str]) -> weir_testkit::Cluster 
     cluster
 }
 
-pub async fn client(kit: &weir_testkit::Cluster, client_id: &str) -> Cluster {
-    let config = ClientConfig::from_properties(&[
-        ("bootstrap.servers", kit.bootstrap().as_str()),
-        ("client.id", client_id),
-        ("retry.backoff.ms", "10"),
-        ("retry.backoff.max.ms", "50"),
-        ("default.api.timeout.ms", "5000"),
-    ])
-    .unwrap();
+pub async fn client(kit: &Kit, client_id: &str) -> Cluster {
+    let config = client_config(kit, client_id)
+        .default_api_timeout(Duration::from_secs(5))
+        .build()
+        .unwrap();
     Cluster::connect(config).await.unwrap()
 }
 
-pub async fn producer(
-    kit: &weir_testkit::Cluster,
-    client_id: &str,
-    txn: TransactionConfig,
-) -> TransactionalProducer {
+pub async fn producer(kit: &Kit, client_id: &str, txn: TransactionConfig) -> TransactionalProducer {
     let cluster = client(kit, client_id).await;
     let p = TransactionalProducer::with_cluster(
         cluster,
@@ -61,11 +54,7 @@ pub async fn producer(
 
 /// Every value a read_committed consumer sees on `topic` up to the last
 /// stable offset, per partition.
-pub async fn read_committed(
-    kit: &weir_testkit::Cluster,
-    topic: &str,
-    partitions: i32,
-) -> BTreeMap<i32, Vec<String>> {
+pub async fn read_committed(kit: &Kit, topic: &str, partitions: i32) -> BTreeMap<i32, Vec<String>> {
     let cluster = client(kit, "reader").await;
     let mut consumer = Consumer::with_cluster(
         cluster,
