@@ -1,24 +1,23 @@
-//! The zombie (KIP-447): a member loses its group membership because the
-//! testkit cuts it off from the group coordinator past the session
-//! timeout; a new member takes its partitions; the zombie's
-//! `send_offsets_to_transaction` and `commit` fail; none of its output is
-//! ever visible to read_committed, and the new owner's output covers every
-//! input exactly once.
+//! The zombie (KIP-447), through weir-group's membership actor: member A
+//! joins and owns every input partition; the testkit cuts A off from the
+//! group coordinator past the session timeout, and A's actor reports its
+//! partitions Lost; member B joins and gets them. A's
+//! `send_offsets_to_transaction` with its stale group metadata and its
+//! `commit` fail as abortable (the coordinator no longer knows A's member
+//! id); none of A's output is ever visible to read_committed, and B's
+//! output covers every input exactly once.
 //!
-//! Group membership is driven with JoinGroup/SyncGroup directly here: the
-//! membership actor in weir-group was still being written when this test
-//! was, and the test needs nothing from it but a generation and member id.
-//! The client dials TCP only, so this runs on real time with a short
-//! session timeout.
+//! In memory on tokio's paused clock: the 10 s session timeout is exact
+//! and costs no real time.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 use std::time::Duration;
 
+use tokio::time::Instant;
 use weir_client::Cluster;
-use weir_client::cluster::{CoordinatorKind, Lane};
-use weir_client::config::ClientConfig;
 use weir_client::config::consumer::{AutoOffsetReset, ConsumerOptions, IsolationLevel};
 use weir_client::consumer::{Consumer, SeekTo};
 use weir_client::producer::{Producer, ProducerRecord, TopicPartition};
@@ -26,104 +25,61 @@ use weir_client::transaction::{
     GroupMetadata, TransactionConfig, TransactionErrorClass, TransactionalProducer,
     fetch_stable_offsets,
 };
-use weir_protocol::kafka_protocol::messages::join_group_request::JoinGroupRequestProtocol;
-use weir_protocol::kafka_protocol::messages::sync_group_request::SyncGroupRequestAssignment;
-use weir_protocol::kafka_protocol::messages::{GroupId, JoinGroupRequest, SyncGroupRequest};
-use weir_protocol::kafka_protocol::protocol::StrBytes;
+use weir_group::assignor::{Assignor, TopicPartition as GroupPartition};
+use weir_group::member::{AssignmentEvent, GroupMember, MemberConfig};
+use weir_integration::testkit_dial::client_config;
 use weir_testkit::{ClientSelector, PartitionTarget};
 
-const GROUP: &str = "zg";
-const INPUTS: i64 = 10;
-const SESSION_MS: i32 = 300;
+type Kit = Arc<weir_testkit::Cluster>;
 
-async fn client(kit: &weir_testkit::Cluster, id: &str) -> Cluster {
-    let config = ClientConfig::from_properties(&[
-        ("bootstrap.servers", kit.bootstrap().as_str()),
-        ("client.id", id),
-        ("retry.backoff.ms", "10"),
-        ("retry.backoff.max.ms", "50"),
-        ("request.timeout.ms", "2000"),
-        ("default.api.timeout.ms", "3000"),
-    ])
-    .unwrap();
+const GROUP: &str = "zg";
+const INPUT: &str = "in";
+const OUTPUT: &str = "out";
+const INPUT_PARTITIONS: i32 = 2;
+const INPUTS: i32 = 10;
+const SESSION: Duration = Duration::from_secs(10);
+const HEARTBEAT: Duration = Duration::from_secs(1);
+
+async fn client(kit: &Kit, id: &str) -> Cluster {
+    let config = client_config(kit, id)
+        .request_timeout(Duration::from_secs(2))
+        .default_api_timeout(Duration::from_secs(5))
+        .build()
+        .unwrap();
     Cluster::connect(config).await.unwrap()
 }
 
-fn s(v: &str) -> StrBytes {
-    StrBytes::from_string(v.to_owned())
+fn member_config() -> MemberConfig {
+    MemberConfig::new(GROUP, [INPUT])
+        .with_assignors([Assignor::CooperativeSticky])
+        .with_session_timeout(SESSION)
+        .with_heartbeat_interval(HEARTBEAT)
 }
 
-/// JoinGroup (answering MEMBER_ID_REQUIRED) then SyncGroup; the member is
-/// alone in its generation, so it leads and assigns itself everything.
-async fn join(cluster: &Cluster) -> GroupMetadata {
-    let coordinator = cluster
-        .find_coordinator(CoordinatorKind::Group, GROUP)
-        .await
-        .unwrap();
-    let mut member_id = String::new();
-    let joined = loop {
-        let request = JoinGroupRequest::default()
-            .with_group_id(GroupId(s(GROUP)))
-            .with_session_timeout_ms(SESSION_MS)
-            .with_rebalance_timeout_ms(2000)
-            .with_member_id(s(&member_id))
-            .with_protocol_type(s("consumer"))
-            .with_protocols(vec![
-                JoinGroupRequestProtocol::default()
-                    .with_name(s("range"))
-                    .with_metadata(bytes_of(b"")),
-            ]);
-        let r = cluster
-            .request_with_timeout(
-                coordinator,
-                Lane::Coordinator,
-                &request,
-                Duration::from_secs(5),
-            )
-            .await
-            .unwrap();
-        match r.error_code {
-            0 => break r,
-            79 => member_id = r.member_id.to_string(), // MEMBER_ID_REQUIRED
-            code => panic!("JoinGroup: error {code}"),
-        }
-    };
-    let member_id = joined.member_id.to_string();
-    assert_eq!(joined.leader.to_string(), member_id, "alone, so the leader");
-    let sync = SyncGroupRequest::default()
-        .with_group_id(GroupId(s(GROUP)))
-        .with_generation_id(joined.generation_id)
-        .with_member_id(s(&member_id))
-        .with_protocol_type(Some(s("consumer")))
-        .with_protocol_name(Some(s("range")))
-        .with_assignments(vec![
-            SyncGroupRequestAssignment::default()
-                .with_member_id(s(&member_id))
-                .with_assignment(bytes_of(b"all")),
-        ]);
-    let r = cluster
-        .request_with_timeout(
-            coordinator,
-            Lane::Coordinator,
-            &sync,
-            Duration::from_secs(5),
-        )
-        .await
-        .unwrap();
-    assert_eq!(r.error_code, 0, "SyncGroup");
+/// The group metadata a transactional offset commit carries.
+fn txn_metadata(member: &GroupMember) -> GroupMetadata {
+    let m = member.metadata();
     GroupMetadata {
-        group_id: GROUP.to_owned(),
-        generation_id: joined.generation_id,
-        member_id,
-        group_instance_id: None,
+        group_id: m.group_id,
+        generation_id: m.generation,
+        member_id: m.member_id,
+        group_instance_id: m.instance_id,
     }
 }
 
-fn bytes_of(b: &'static [u8]) -> bytes::Bytes {
-    bytes::Bytes::from_static(b)
+fn all_inputs() -> BTreeSet<GroupPartition> {
+    (0..INPUT_PARTITIONS)
+        .map(|p| GroupPartition::new(INPUT, p))
+        .collect()
 }
 
-async fn transactional(kit: &weir_testkit::Cluster, id: &str, tid: &str) -> TransactionalProducer {
+fn client_partitions() -> Vec<TopicPartition> {
+    (0..INPUT_PARTITIONS)
+        .map(|p| TopicPartition::new(INPUT, p))
+        .collect()
+}
+
+async fn transactional(kit: &Kit, id: &str, tid: &str) -> TransactionalProducer {
     let p = TransactionalProducer::with_cluster(
         client(kit, id).await,
         Default::default(),
@@ -134,23 +90,34 @@ async fn transactional(kit: &weir_testkit::Cluster, id: &str, tid: &str) -> Tran
     p
 }
 
-async fn read_input(kit: &weir_testkit::Cluster, id: &str, from: i64) -> Vec<(i64, String)> {
+/// Every input from `from`, read_committed: (partition, offset, value).
+async fn read_input(
+    kit: &Kit,
+    id: &str,
+    from: &BTreeMap<TopicPartition, i64>,
+) -> Vec<(i32, i64, String)> {
     let mut consumer = Consumer::with_cluster(
         client(kit, id).await,
         ConsumerOptions {
             isolation_level: IsolationLevel::ReadCommitted,
             auto_offset_reset: AutoOffsetReset::Earliest,
-            fetch_max_wait: Duration::from_millis(20),
+            fetch_max_wait: Duration::from_millis(100),
             ..Default::default()
         },
     );
-    let tp = TopicPartition::new("in", 0);
-    consumer.assign([tp.clone()]);
-    consumer.seek(&tp, SeekTo::Offset(from)).unwrap();
+    consumer.assign(client_partitions());
+    for tp in client_partitions() {
+        let at = from.get(&tp).copied().unwrap_or(0);
+        consumer.seek(&tp, SeekTo::Offset(at)).unwrap();
+    }
+    let wanted = usize::try_from(INPUTS).unwrap() - from.values().sum::<i64>() as usize;
     let mut out = Vec::new();
-    while out.len() < usize::try_from(INPUTS - from).unwrap() {
-        for r in consumer.poll_for(Duration::from_millis(50)).await.unwrap() {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while out.len() < wanted {
+        assert!(Instant::now() < deadline, "inputs unreadable: {out:?}");
+        for r in consumer.poll_for(Duration::from_millis(500)).await.unwrap() {
             out.push((
+                r.partition,
                 r.offset,
                 String::from_utf8(r.value.unwrap().to_vec()).unwrap(),
             ));
@@ -159,115 +126,162 @@ async fn read_input(kit: &weir_testkit::Cluster, id: &str, from: i64) -> Vec<(i6
     out
 }
 
-async fn committed_output(kit: &weir_testkit::Cluster) -> Vec<String> {
+/// Everything read_committed shows on the output, up to its last stable offset.
+async fn committed_output(kit: &Kit) -> Vec<String> {
     let mut consumer = Consumer::with_cluster(
         client(kit, "checker").await,
         ConsumerOptions {
             isolation_level: IsolationLevel::ReadCommitted,
             auto_offset_reset: AutoOffsetReset::Earliest,
-            fetch_max_wait: Duration::from_millis(20),
+            fetch_max_wait: Duration::from_millis(100),
             ..Default::default()
         },
     );
-    let tp = TopicPartition::new("out", 0);
+    let tp = TopicPartition::new(OUTPUT, 0);
     consumer.assign([tp.clone()]);
     consumer.seek(&tp, SeekTo::Earliest).unwrap();
     let mut out = Vec::new();
-    for _ in 0..200 {
-        let (_, lso, _) = kit.offsets("out", 0).await.unwrap();
+    loop {
+        let (_, lso, _) = kit.offsets(OUTPUT, 0).await.unwrap();
         if consumer.position(&tp).await.unwrap() >= lso {
-            break;
+            return out;
         }
-        for r in consumer.poll_for(Duration::from_millis(50)).await.unwrap() {
+        for r in consumer.poll_for(Duration::from_millis(500)).await.unwrap() {
             out.push(String::from_utf8(r.value.unwrap().to_vec()).unwrap());
         }
     }
-    out
 }
 
-#[tokio::test]
+/// The end of each input partition, as the committed offsets must be.
+fn ends_of(inputs: &[(i32, i64, String)]) -> BTreeMap<TopicPartition, i64> {
+    let mut ends = BTreeMap::new();
+    for (p, o, _) in inputs {
+        let end = ends.entry(TopicPartition::new(INPUT, *p)).or_insert(0);
+        *end = (*end).max(o + 1);
+    }
+    ends
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_member_that_lost_its_partitions_cannot_commit_output_or_offsets() {
-    let kit = weir_testkit::Cluster::builder()
-        .group_initial_rebalance_delay(Duration::ZERO)
-        .build()
+    let kit: Kit = Arc::new(
+        weir_testkit::Cluster::builder()
+            .group_initial_rebalance_delay(Duration::ZERO)
+            .build()
+            .await
+            .unwrap(),
+    );
+    kit.create_topic(INPUT, INPUT_PARTITIONS, [] as [(&str, &str); 0])
         .await
         .unwrap();
-    // A session timeout short enough for real time: the testkit's floor is
-    // Kafka's 6 s, lowered through its state hook.
-    kit.with_state(|state| {
-        state.groups.config.min_session_timeout = Duration::from_millis(100);
-    })
-    .await
-    .unwrap();
-    kit.create_topic("in", 1, [] as [(&str, &str); 0])
-        .await
-        .unwrap();
-    kit.create_topic("out", 1, [] as [(&str, &str); 0])
+    kit.create_topic(OUTPUT, 1, [] as [(&str, &str); 0])
         .await
         .unwrap();
     let loader = Producer::with_cluster(client(&kit, "loader").await, Default::default()).unwrap();
     for i in 0..INPUTS {
         loader
-            .send(ProducerRecord::new("in").with_value(format!("{i}")))
+            .send(
+                ProducerRecord::new(INPUT)
+                    .with_partition(i % INPUT_PARTITIONS)
+                    .with_value(format!("{i}")),
+            )
+            .await
+            .unwrap();
+    }
+    loader.close().await;
+
+    // 1. A joins through the membership actor and owns every partition.
+    let mut a = GroupMember::start(client(&kit, "a-member").await, member_config()).unwrap();
+    match a.next_event().await.unwrap() {
+        AssignmentEvent::Assigned(p) => {
+            assert_eq!(p.into_iter().collect::<BTreeSet<_>>(), all_inputs())
+        }
+        other => panic!("A's first event: {other:?}"),
+    }
+    let a_group = txn_metadata(&a);
+    assert!(a_group.generation_id >= 1 && !a_group.member_id.is_empty());
+
+    // A reads and writes everything in a transaction, but has not committed.
+    let a_producer = transactional(&kit, "a-producer", "tx-a").await;
+    a_producer.begin().unwrap();
+    let a_input = read_input(&kit, "a-consumer", &BTreeMap::new()).await;
+    for (_, _, v) in &a_input {
+        a_producer
+            .send(ProducerRecord::new(OUTPUT).with_value(format!("a-{v}")))
             .await
             .unwrap();
     }
 
-    // 1. The zombie-to-be joins, reads and writes, but does not commit yet.
-    let zombie_member = client(&kit, "zombie-member").await;
-    let zombie_group = join(&zombie_member).await;
-    let zombie = transactional(&kit, "zombie-producer", "tx-zombie").await;
-    zombie.begin().unwrap();
-    let input = read_input(&kit, "zombie-consumer", 0).await;
-    for (_, v) in &input {
-        zombie
-            .send(ProducerRecord::new("out").with_value(format!("zombie-{v}")))
-            .await
-            .unwrap();
-    }
-
-    // 2. It is cut off from the group coordinator past the session timeout;
-    //    a new member joins and gets a new generation with every partition.
+    // 2. A's member is cut off from the coordinator (its producer is not: a
+    //    zombie's writes go on). Before the session times out, A's actor
+    //    gives its partitions up as Lost, with no answer from anyone.
     kit.partition_client(
-        ClientSelector::ClientId("zombie-member".to_owned()),
+        ClientSelector::ClientId("a-member".to_owned()),
         PartitionTarget::GroupCoordinator(GROUP.to_owned()),
     )
     .await
     .unwrap();
-    let owner_member = client(&kit, "owner-member").await;
-    let owner_group = join(&owner_member).await;
-    assert!(owner_group.generation_id > zombie_group.generation_id);
-    assert_ne!(owner_group.member_id, zombie_group.member_id);
+    let cut_at = Instant::now();
+    match a.next_event().await.unwrap() {
+        AssignmentEvent::Lost(p) => {
+            assert_eq!(p.into_iter().collect::<BTreeSet<_>>(), all_inputs())
+        }
+        other => panic!("A's event after the cut: {other:?}"),
+    }
+    let lost_after = cut_at.elapsed();
+    assert!(lost_after < SESSION, "Lost only after {lost_after:?}");
+    assert!(a.assignment().is_empty());
 
-    // 3. The new owner processes everything from the stable offsets.
-    let owner = transactional(&kit, "owner-producer", "tx-owner").await;
-    let tp = TopicPartition::new("in", 0);
-    let reader = client(&kit, "offsets").await;
-    let start = fetch_stable_offsets(&reader, GROUP, std::slice::from_ref(&tp))
+    // 3. B joins and, once A's session expired, gets every partition in a
+    //    later generation.
+    let mut b = GroupMember::start(client(&kit, "b-member").await, member_config()).unwrap();
+    match b.next_event().await.unwrap() {
+        AssignmentEvent::Assigned(p) => {
+            assert_eq!(p.into_iter().collect::<BTreeSet<_>>(), all_inputs())
+        }
+        other => panic!("B's first event: {other:?}"),
+    }
+    // A's session ran from its last heartbeat before the cut (at most one
+    // interval earlier), and A had given the partitions up before that.
+    let taken_after = cut_at.elapsed();
+    assert!(
+        taken_after >= SESSION - HEARTBEAT && taken_after > lost_after,
+        "B got A's partitions {taken_after:?} after the cut, A lost them after {lost_after:?}"
+    );
+    let b_group = txn_metadata(&b);
+    assert!(b_group.generation_id > a_group.generation_id);
+    assert_ne!(b_group.member_id, a_group.member_id);
+
+    // 4. B processes everything from the stable offsets: A committed none.
+    let stable = fetch_stable_offsets(&client(&kit, "offsets").await, GROUP, &client_partitions())
         .await
-        .unwrap()
-        .get(&tp)
-        .copied()
-        .unwrap_or(0);
-    assert_eq!(start, 0, "the zombie committed nothing");
-    owner.begin().unwrap();
-    for (_, v) in read_input(&kit, "owner-consumer", start).await {
-        owner
-            .send(ProducerRecord::new("out").with_value(format!("owner-{v}")))
+        .unwrap();
+    assert!(stable.is_empty(), "A committed nothing: {stable:?}");
+    let b_producer = transactional(&kit, "b-producer", "tx-b").await;
+    b_producer.begin().unwrap();
+    let b_input = read_input(&kit, "b-consumer", &stable).await;
+    for (_, _, v) in &b_input {
+        b_producer
+            .send(ProducerRecord::new(OUTPUT).with_value(format!("b-{v}")))
             .await
             .unwrap();
     }
-    owner
-        .send_offsets_to_transaction(&BTreeMap::from([(tp.clone(), INPUTS)]), &owner_group)
+    let ends = ends_of(&b_input);
+    b_producer
+        .send_offsets_to_transaction(&ends, &b_group)
         .await
         .unwrap();
-    owner.commit().await.unwrap();
+    b_producer.commit().await.unwrap();
 
-    // 4. The zombie's offsets are refused as a stale membership: abortable,
-    //    and its commit is refused too.
-    let offsets = BTreeMap::from([(tp.clone(), input.last().unwrap().0 + 1)]);
-    let err = zombie
-        .send_offsets_to_transaction(&offsets, &zombie_group)
+    // A's transaction is still open and holds the output's LSO at its first
+    // record: nothing of A's (or, behind it, B's) is readable yet.
+    assert!(committed_output(&kit).await.is_empty());
+
+    // 5. The zombie tries to finish: its offsets carry a member id the
+    //    coordinator removed, so they are refused as abortable, and so is
+    //    its commit.
+    let err = a_producer
+        .send_offsets_to_transaction(&ends_of(&a_input), &a_group)
         .await
         .unwrap_err();
     assert_eq!(
@@ -279,25 +293,35 @@ async fn a_member_that_lost_its_partitions_cannot_commit_output_or_offsets() {
         weir_client::ClientError::Transaction { source, .. } => source.kafka_code().map(|c| c.name),
         _ => None,
     };
-    assert!(
-        matches!(code, Some("ILLEGAL_GENERATION" | "UNKNOWN_MEMBER_ID")),
-        "{code:?}: {err}"
-    );
-    let refused = zombie.commit().await.unwrap_err();
+    assert_eq!(code, Some("UNKNOWN_MEMBER_ID"), "{err}");
+    let refused = a_producer.commit().await.unwrap_err();
     assert_eq!(
         refused.transaction_class(),
-        Some(TransactionErrorClass::Abortable)
+        Some(TransactionErrorClass::Abortable),
+        "{refused}"
     );
-    zombie.abort().await.unwrap();
+    a_producer.abort().await.unwrap();
 
-    // 5. Exactly once: only the owner's output, each input once.
+    // 6. Exactly once: only B's output, each input once; the offsets are
+    //    B's, the ends of the input.
     let mut out = committed_output(&kit).await;
     out.sort();
-    let mut expected: Vec<String> = (0..INPUTS).map(|i| format!("owner-{i}")).collect();
+    let mut expected: Vec<String> = (0..INPUTS).map(|i| format!("b-{i}")).collect();
     expected.sort();
     assert_eq!(out, expected);
-    let committed = fetch_stable_offsets(&reader, GROUP, std::slice::from_ref(&tp))
-        .await
-        .unwrap();
-    assert_eq!(committed.get(&tp), Some(&INPUTS));
+    let committed = fetch_stable_offsets(
+        &client(&kit, "offsets-2").await,
+        GROUP,
+        &client_partitions(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(committed, ends);
+    assert_eq!(
+        ends.values().sum::<i64>(),
+        i64::from(INPUTS),
+        "the ends cover every input"
+    );
+    drop(a);
+    b.close(weir_group::member::ShutdownMode::Default).await;
 }
