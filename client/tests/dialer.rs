@@ -200,3 +200,42 @@ async fn tls_runs_over_the_dialled_stream() {
         "{err:?}"
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn linger_and_request_deadlines_run_on_tokio_s_clock() {
+    // The producer measures linger with tokio's clock: on a paused clock a
+    // 10 s linger takes 10 virtual seconds and almost no real time (with
+    // std's clock the sender would spin for 10 real seconds).
+    let kit = Arc::new(weir_testkit::Cluster::builder().build().await.unwrap());
+    kit.create_topic("lingered", 1, [] as [(&str, &str); 0])
+        .await
+        .unwrap();
+    let cluster = Cluster::connect(client_config(&kit, "lingerer").build().unwrap())
+        .await
+        .unwrap();
+    let producer = Producer::with_cluster(
+        cluster,
+        ProducerOptions {
+            linger: Duration::from_secs(10),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let (virtual_start, real_start) = (tokio::time::Instant::now(), std::time::Instant::now());
+    let delivery = producer
+        .enqueue(ProducerRecord::new("lingered").with_value("x"))
+        .await
+        .unwrap();
+    let meta = delivery.await.unwrap();
+    assert_eq!(meta.offset, 0);
+    let waited = virtual_start.elapsed();
+    assert!(
+        waited >= Duration::from_secs(10) && waited < Duration::from_secs(11),
+        "{waited:?}"
+    );
+    assert!(
+        real_start.elapsed() < Duration::from_secs(3),
+        "{:?} of real time",
+        real_start.elapsed()
+    );
+}

@@ -42,3 +42,44 @@ async fn an_abandoned_transaction_is_aborted_by_its_timeout() {
     let err = p.commit().await.unwrap_err();
     assert!(err.transaction_class().is_some(), "{err}");
 }
+
+#[tokio::test(start_paused = true)]
+async fn an_unreachable_coordinator_fails_init_after_the_api_timeout_on_tokio_s_clock() {
+    let kit = testkit(1, &["out"]).await;
+    kit.partition_client(
+        weir_testkit::ClientSelector::ClientId("cut-off".to_owned()),
+        weir_testkit::PartitionTarget::TxnCoordinator("tx-cut".to_owned()),
+    )
+    .await
+    .unwrap();
+    let p = weir_client::transaction::TransactionalProducer::with_cluster(
+        weir_client::Cluster::connect(
+            weir_integration::testkit_dial::client_config(&kit, "cut-off")
+                .request_timeout(Duration::from_millis(500))
+                .default_api_timeout(Duration::from_secs(5))
+                .build()
+                .unwrap(),
+        )
+        .await
+        .unwrap(),
+        Default::default(),
+        TransactionConfig::new("tx-cut"),
+    )
+    .unwrap();
+    let (virtual_start, real_start) = (tokio::time::Instant::now(), std::time::Instant::now());
+    let err = p.init_transactions().await.unwrap_err();
+    assert_eq!(
+        err.transaction_class(),
+        Some(weir_client::transaction::TransactionErrorClass::Retriable),
+        "{err}"
+    );
+    assert!(err.to_string().contains("gave up after"), "{err}");
+    // default.api.timeout.ms is 5 s: that much virtual time (short of one
+    // backoff, and 500 ms request timeouts), and little real time.
+    let waited = virtual_start.elapsed();
+    assert!(
+        waited >= Duration::from_millis(4400) && waited <= Duration::from_millis(5500),
+        "{waited:?}"
+    );
+    assert!(real_start.elapsed() < Duration::from_secs(3));
+}

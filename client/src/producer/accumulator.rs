@@ -7,11 +7,12 @@
 //! its records and frees them when it is dropped.
 
 use std::collections::VecDeque;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use bytes::Bytes;
 use indexmap::IndexMap;
 use tokio::sync::{OwnedSemaphorePermit, oneshot};
+use tokio::time::Instant;
 use weir_protocol::records::{BatchHeader, RecordInput};
 
 use super::record::{RecordMetadata, TopicPartition};

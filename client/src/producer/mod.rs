@@ -25,10 +25,11 @@ use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll};
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use tokio::sync::{Notify, Semaphore, oneshot};
 use tokio::task::JoinHandle;
+use tokio::time::Instant;
 use weir_protocol::records::RecordInput;
 
 pub use record::{ProducerRecord, RecordMetadata, TopicPartition};
@@ -328,7 +329,7 @@ impl Producer {
 
         let cluster = &shared.cluster;
         let partitions = tokio::time::timeout_at(
-            deadline.into(),
+            deadline,
             cluster.retry("producer metadata", || {
                 cluster.partition_count(&record.topic)
             }),
@@ -351,7 +352,7 @@ impl Producer {
         }
         let permits = u32::try_from(size).unwrap_or(u32::MAX);
         let memory = tokio::time::timeout_at(
-            deadline.into(),
+            deadline,
             Arc::clone(&shared.memory).acquire_many_owned(permits),
         )
         .await

@@ -10,8 +10,9 @@
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
+use tokio::time::Instant;
 use weir_protocol::ApiKey;
 use weir_protocol::kafka_protocol::messages::produce_request::{
     PartitionProduceData, TopicProduceData,
@@ -123,7 +124,7 @@ pub(super) async fn run(shared: Arc<Shared>) {
         };
         tokio::select! {
             () = shared.wake.notified() => {}
-            () = tokio::time::sleep_until(wait.into()) => {}
+            () = tokio::time::sleep_until(wait) => {}
         }
     }
 }
