@@ -12,8 +12,16 @@
 //! **Faults** ([`Fault`]), drawn from the seed: an instance killed at a step
 //! of a transaction, a transaction the application aborts, retriable
 //! coordinator errors (`CONCURRENT_TRANSACTIONS`, `NOT_COORDINATOR`,
-//! `COORDINATOR_LOAD_IN_PROGRESS`), a lost EndTxn response and a dropped
-//! coordinator connection.
+//! `COORDINATOR_LOAD_IN_PROGRESS`), a lost EndTxn response, a dropped
+//! coordinator connection, a network partition between the producer and
+//! its transaction coordinator, its group coordinator or an output
+//! partition's leader (healed after a while), and the transactional id's or
+//! the group's coordinator moving to another broker with its state.
+//!
+//! **Time.** The cluster has [`BROKERS`] brokers and is reached in memory
+//! ([`crate::testkit_dial`]); run a schedule on tokio's paused clock (as
+//! `tests/eos_checker.rs` does) and every timeout, partition and retry is
+//! exact and costs no real time.
 //!
 //! **Checks** ([`check`]): every input id appears exactly once in the
 //! committed output; the committed offsets are the ends of the input
@@ -24,12 +32,12 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
+use std::sync::Arc;
 use std::time::Duration;
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use weir_client::Cluster;
-use weir_client::config::ClientConfig;
 use weir_client::config::consumer::{AutoOffsetReset, ConsumerOptions, IsolationLevel};
 use weir_client::config::producer::ProducerOptions;
 use weir_client::consumer::{Consumer, SeekTo};
@@ -38,7 +46,11 @@ use weir_client::transaction::{
     GroupMetadata, TransactionConfig, TransactionalProducer, fetch_stable_offsets,
 };
 use weir_protocol::ApiKey;
-use weir_testkit::{Intercept, InterceptAction, RequestMatcher};
+use weir_testkit::{ClientSelector, Intercept, InterceptAction, PartitionTarget, RequestMatcher};
+
+use crate::testkit_dial::client_config;
+
+type Kit = Arc<weir_testkit::Cluster>;
 
 const INPUT: &str = "eos-in";
 const OUTPUT: &str = "eos-out";
@@ -46,6 +58,9 @@ const GROUP: &str = "eos-app";
 const TRANSACTIONAL_ID: &str = "eos-app-0";
 const INPUT_PARTITIONS: i32 = 2;
 const OUTPUT_PARTITIONS: i32 = 3;
+/// Brokers of the cluster a schedule runs on: coordinators and leaders are
+/// spread over them, so partitions and coordinator moves hit different ones.
+pub const BROKERS: i32 = 3;
 
 /// A step of a transaction at which an instance can die.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -58,6 +73,36 @@ pub enum Step {
     AfterOffsets,
     /// While EndTxn is out: the coordinator commits, the answer is lost.
     DuringEndTxn,
+}
+
+/// When, inside its transaction, a partition or coordinator move starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Moment {
+    /// Before `begin`: the whole transaction runs into it.
+    BeforeBegin,
+    /// After the first record was acknowledged: the transaction is open.
+    AfterSend,
+}
+
+/// What a network partition cuts the producer off from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CutOff {
+    /// The transactional id's coordinator (InitProducerId,
+    /// AddPartitionsToTxn, AddOffsetsToTxn, EndTxn, TxnOffsetCommit).
+    TxnCoordinator,
+    /// The group's coordinator (TxnOffsetCommit, OffsetFetch).
+    GroupCoordinator,
+    /// Every request to the broker leading this output partition.
+    LeaderOf(i32),
+}
+
+/// Whose coordinator moves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Coordinated {
+    /// The transactional id's.
+    Transaction,
+    /// The consumer group's.
+    Group,
 }
 
 /// One injected fault, applied in the given transaction of the run
@@ -97,6 +142,30 @@ pub enum Fault {
         /// Transaction number.
         txn: usize,
     },
+    /// The producer's requests to `target` are lost from `at` on, for
+    /// `millis` ms; then the partition heals.
+    Partition {
+        /// Transaction number.
+        txn: usize,
+        /// When it starts.
+        at: Moment,
+        /// What the producer cannot reach.
+        target: CutOff,
+        /// How long it lasts.
+        millis: u64,
+    },
+    /// The coordinator of the transactional id or of the group moves to
+    /// another broker, state included; the old one answers NOT_COORDINATOR.
+    MoveCoordinator {
+        /// Transaction number.
+        txn: usize,
+        /// When it moves.
+        at: Moment,
+        /// Whose coordinator.
+        of: Coordinated,
+        /// The broker it moves to (the next one if it is there already).
+        to: i32,
+    },
 }
 
 impl Fault {
@@ -106,7 +175,9 @@ impl Fault {
             | Fault::Abort { txn }
             | Fault::CoordinatorError { txn, .. }
             | Fault::LostEndTxnResponse { txn }
-            | Fault::DroppedConnection { txn } => txn,
+            | Fault::DroppedConnection { txn }
+            | Fault::Partition { txn, .. }
+            | Fault::MoveCoordinator { txn, .. } => txn,
         }
     }
 }
@@ -135,8 +206,9 @@ impl fmt::Display for Schedule {
 }
 
 impl Schedule {
-    /// Draws a schedule from `seed`: up to four faults over the first
-    /// transactions.
+    /// Draws a schedule from `seed`: up to four faults over the
+    /// transactions of the run. Partitions last 50 ms to 3 s, less than
+    /// the client's 5 s API timeout, so the client must ride them out.
     pub fn from_seed(seed: u64) -> Schedule {
         let mut rng = StdRng::seed_from_u64(seed);
         let inputs: usize = rng.random_range(8..=24);
@@ -145,7 +217,7 @@ impl Schedule {
         let mut faults = Vec::new();
         for _ in 0..rng.random_range(1..=4) {
             let txn = rng.random_range(0..txns);
-            let fault = match rng.random_range(0..8) {
+            let fault = match rng.random_range(0..12) {
                 0 => Fault::Kill {
                     txn,
                     step: Step::AfterBegin,
@@ -175,7 +247,27 @@ impl Schedule {
                     Fault::CoordinatorError { txn, api, code }
                 }
                 6 => Fault::LostEndTxnResponse { txn },
-                _ => Fault::DroppedConnection { txn },
+                7 => Fault::DroppedConnection { txn },
+                8 | 9 => Fault::Partition {
+                    txn,
+                    at: moment(&mut rng),
+                    target: match rng.random_range(0..3) {
+                        0 => CutOff::TxnCoordinator,
+                        1 => CutOff::GroupCoordinator,
+                        _ => CutOff::LeaderOf(rng.random_range(0..OUTPUT_PARTITIONS)),
+                    },
+                    millis: rng.random_range(50..=3000),
+                },
+                _ => Fault::MoveCoordinator {
+                    txn,
+                    at: moment(&mut rng),
+                    of: if rng.random_bool(0.5) {
+                        Coordinated::Transaction
+                    } else {
+                        Coordinated::Group
+                    },
+                    to: rng.random_range(0..BROKERS),
+                },
             };
             faults.push(fault);
         }
@@ -186,6 +278,14 @@ impl Schedule {
             per_txn,
             faults,
         }
+    }
+}
+
+fn moment(rng: &mut StdRng) -> Moment {
+    if rng.random_bool(0.5) {
+        Moment::BeforeBegin
+    } else {
+        Moment::AfterSend
     }
 }
 
@@ -270,21 +370,20 @@ fn parse_output(value: &str) -> Option<(usize, &str)> {
     Some((id.parse().ok()?, tag))
 }
 
-async fn client(kit: &weir_testkit::Cluster, client_id: &str) -> Result<Cluster, String> {
-    let config = ClientConfig::from_properties(&[
-        ("bootstrap.servers", kit.bootstrap().as_str()),
-        ("client.id", client_id),
-        ("retry.backoff.ms", "5"),
-        ("retry.backoff.max.ms", "40"),
-        ("request.timeout.ms", "300"),
-        ("default.api.timeout.ms", "5000"),
-    ])
-    .map_err(|e| e.to_string())?;
+async fn client(kit: &Kit, client_id: &str) -> Result<Cluster, String> {
+    let config = client_config(kit, client_id)
+        .retry_backoff(Duration::from_millis(5), Duration::from_millis(40))
+        .request_timeout(Duration::from_millis(300))
+        .default_api_timeout(Duration::from_secs(5))
+        .build()
+        .map_err(|e| e.to_string())?;
     Cluster::connect(config).await.map_err(|e| e.to_string())
 }
 
-/// Runs `schedule` against a fresh in-process testkit cluster and checks
-/// the result.
+/// Runs `schedule` against a fresh in-process testkit cluster of
+/// [`BROKERS`] brokers, reached in memory, and checks the result. Run it on
+/// a paused clock (each schedule on its own current-thread runtime) for
+/// exact, repeatable timing.
 ///
 /// # Errors
 /// A [`Violation`] naming the seed and the schedule.
@@ -299,10 +398,13 @@ pub async fn run_schedule(schedule: &Schedule) -> Result<Observed, Violation> {
 }
 
 async fn run(schedule: &Schedule) -> Result<Observed, String> {
-    let kit = weir_testkit::Cluster::builder()
-        .build()
-        .await
-        .map_err(|e| e.to_string())?;
+    let kit: Kit = Arc::new(
+        weir_testkit::Cluster::builder()
+            .brokers(BROKERS)
+            .build()
+            .await
+            .map_err(|e| e.to_string())?,
+    );
     let no_configs = [] as [(&str, &str); 0];
     kit.create_topic(INPUT, INPUT_PARTITIONS, no_configs)
         .await
@@ -360,7 +462,7 @@ async fn run(schedule: &Schedule) -> Result<Observed, String> {
 
 /// Returns whether the input is fully processed (false: killed).
 async fn run_instance(
-    kit: &weir_testkit::Cluster,
+    kit: &Kit,
     schedule: &Schedule,
     txn: &mut usize,
     observed: &mut Observed,
@@ -455,7 +557,7 @@ async fn run_instance(
         });
         let abort = faults.iter().any(|f| matches!(f, Fault::Abort { .. }));
         for fault in &faults {
-            inject(kit, &client_id, *fault).await?;
+            inject(kit, &cluster, &client_id, *fault, Moment::BeforeBegin).await?;
         }
         let tag = format!("i{instance}t{this}");
 
@@ -475,8 +577,13 @@ async fn run_instance(
                 .await
                 .map_err(|e| format!("send: {e}"))?;
             next.insert(TopicPartition::new(INPUT, r.partition), r.offset + 1);
-            if i == 0 && kill == Some(Step::AfterSend) {
-                return Ok(false);
+            if i == 0 {
+                for fault in &faults {
+                    inject(kit, &cluster, &client_id, *fault, Moment::AfterSend).await?;
+                }
+                if kill == Some(Step::AfterSend) {
+                    return Ok(false);
+                }
             }
         }
         producer
@@ -516,8 +623,58 @@ async fn run_instance(
     }
 }
 
-async fn inject(kit: &weir_testkit::Cluster, client_id: &str, fault: Fault) -> Result<(), String> {
+/// Applies the part of `fault` that starts at `now`: intercepts and kills
+/// before `begin`, partitions and coordinator moves at their own moment.
+async fn inject(
+    kit: &Kit,
+    cluster: &Cluster,
+    client_id: &str,
+    fault: Fault,
+    now: Moment,
+) -> Result<(), String> {
     let intercept = match fault {
+        Fault::Partition {
+            at, target, millis, ..
+        } if at == now => {
+            let target = match target {
+                CutOff::TxnCoordinator => PartitionTarget::TxnCoordinator(TRANSACTIONAL_ID.into()),
+                CutOff::GroupCoordinator => PartitionTarget::GroupCoordinator(GROUP.into()),
+                CutOff::LeaderOf(p) => PartitionTarget::Broker(
+                    cluster
+                        .partition_leader(OUTPUT, p)
+                        .await
+                        .map_err(|e| e.to_string())?,
+                ),
+            };
+            let id = kit
+                .partition_client(ClientSelector::ClientId(client_id.to_owned()), target)
+                .await
+                .map_err(|e| e.to_string())?;
+            let kit = Arc::clone(kit);
+            tokio::spawn(async move {
+                tokio::time::sleep(Duration::from_millis(millis)).await;
+                let _ = kit.remove_fault(id).await;
+            });
+            return Ok(());
+        }
+        Fault::MoveCoordinator { at, of, to, .. } if at == now => {
+            let key = match of {
+                Coordinated::Transaction => TRANSACTIONAL_ID,
+                Coordinated::Group => GROUP,
+            };
+            let from = kit
+                .move_coordinator(key, to)
+                .await
+                .map_err(|e| e.to_string())?;
+            if from == to {
+                kit.move_coordinator(key, (to + 1) % BROKERS)
+                    .await
+                    .map_err(|e| e.to_string())?;
+            }
+            return Ok(());
+        }
+        Fault::Partition { .. } | Fault::MoveCoordinator { .. } => return Ok(()),
+        _ if now != Moment::BeforeBegin => return Ok(()),
         Fault::CoordinatorError { api, code, .. } => Intercept::new(
             RequestMatcher::api(api).client(client_id.to_owned()),
             InterceptAction::Error(code),
@@ -540,10 +697,7 @@ async fn inject(kit: &weir_testkit::Cluster, client_id: &str, fault: Fault) -> R
 
 /// Every committed output value, read_committed up to the last stable
 /// offset of each output partition.
-async fn read_committed(
-    kit: &weir_testkit::Cluster,
-    cluster: Cluster,
-) -> Result<Vec<String>, String> {
+async fn read_committed(kit: &Kit, cluster: Cluster) -> Result<Vec<String>, String> {
     let mut consumer = Consumer::with_cluster(
         cluster,
         ConsumerOptions {

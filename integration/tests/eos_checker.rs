@@ -1,16 +1,30 @@
 //! The exactly-once checker over seeded fault schedules: 100 in the normal
 //! suite; `WEIR_EOS_SCHEDULES=N` runs N (and `WEIR_EOS_SEED=S` replays one).
+//!
+//! Each schedule runs on its own current-thread runtime with tokio's clock
+//! paused, against its own in-memory cluster, so a seed replays exactly;
+//! two OS threads share the schedules.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use weir_integration::eos::{Schedule, run_schedule};
+use std::sync::Mutex;
+
+use weir_integration::eos::{Observed, Schedule, Violation, run_schedule};
 
 const DEFAULT_SCHEDULES: u64 = 100;
-/// Schedules run at once: each has its own in-process cluster.
-const PARALLEL: usize = 4;
+const THREADS: usize = 2;
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn exactly_once_holds_under_seeded_fault_schedules() {
+fn run_on_paused_clock(seed: u64) -> Result<Observed, Violation> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .start_paused(true)
+        .build()
+        .unwrap();
+    runtime.block_on(run_schedule(&Schedule::from_seed(seed)))
+}
+
+#[test]
+fn exactly_once_holds_under_seeded_fault_schedules() {
     let seeds: Vec<u64> = match std::env::var("WEIR_EOS_SEED") {
         Ok(s) => vec![s.parse().expect("WEIR_EOS_SEED is a number")],
         Err(_) => {
@@ -22,31 +36,43 @@ async fn exactly_once_holds_under_seeded_fault_schedules() {
         }
     };
     let started = std::time::Instant::now();
+    let results: Mutex<Vec<(u64, Result<Observed, Violation>)>> = Mutex::new(Vec::new());
+    std::thread::scope(|scope| {
+        for thread in 0..THREADS {
+            let (seeds, results) = (&seeds, &results);
+            scope.spawn(move || {
+                for &seed in seeds.iter().skip(thread).step_by(THREADS) {
+                    let result = run_on_paused_clock(seed);
+                    results.lock().unwrap().push((seed, result));
+                }
+            });
+        }
+    });
+    let mut results = results.into_inner().unwrap();
+    results.sort_by_key(|(seed, _)| *seed);
     let mut failures = Vec::new();
     let (mut transactions, mut instances, mut aborted) = (0, 0, 0);
-    for chunk in seeds.chunks(PARALLEL) {
-        let mut tasks = Vec::new();
-        for &seed in chunk {
-            tasks.push(tokio::spawn(async move {
-                run_schedule(&Schedule::from_seed(seed)).await
-            }));
+    let mut kinds = std::collections::BTreeMap::<String, usize>::new();
+    for (seed, result) in results {
+        for fault in Schedule::from_seed(seed).faults {
+            let kind = format!("{fault:?}");
+            let name = kind.split([' ', '{']).next().unwrap_or("?").to_owned();
+            *kinds.entry(name).or_default() += 1;
         }
-        for task in tasks {
-            match task.await.unwrap() {
-                Ok(observed) => {
-                    transactions += observed.transactions;
-                    instances += observed.instances;
-                    aborted += observed.aborted.len();
-                }
-                Err(violation) => {
-                    eprintln!("{violation}");
-                    failures.push(violation);
-                }
+        match result {
+            Ok(observed) => {
+                transactions += observed.transactions;
+                instances += observed.instances;
+                aborted += observed.aborted.len();
+            }
+            Err(violation) => {
+                eprintln!("{violation}");
+                failures.push(violation);
             }
         }
     }
     eprintln!(
-        "eos checker: {} schedules, {} failed, {transactions} transactions, {instances} instances, {aborted} aborted by the app, {:?}",
+        "eos checker: {} schedules, {} failed, {transactions} transactions, {instances} instances, {aborted} aborted by the app, faults {kinds:?}, {:?} real time",
         seeds.len(),
         failures.len(),
         started.elapsed()
