@@ -97,18 +97,16 @@ async fn run(kit: &txn_support::Kit, client_id: &str, kill: Option<Kill>) {
             )
             .await
             .unwrap();
-            let commit = tokio::spawn(async move { p.commit().await });
-            for _ in 0..200 {
-                let sent = kit.requests().await.unwrap().iter().any(|r| {
+            // On the paused clock this timeout fires only once every task
+            // is idle: EndTxn has reached the coordinator and the client is
+            // waiting for the answer it will never get. Then it "dies".
+            let commit = tokio::time::timeout(Duration::from_millis(100), p.commit()).await;
+            assert!(commit.is_err(), "the commit cannot finish: {commit:?}");
+            let sent =
+                kit.requests().await.unwrap().iter().any(|r| {
                     r.api_key == ApiKey::EndTxn && r.client_id.as_deref() == Some(client_id)
                 });
-                if sent {
-                    break;
-                }
-                tokio::task::yield_now().await;
-                tokio::time::sleep(Duration::from_millis(5)).await;
-            }
-            commit.abort();
+            assert!(sent, "EndTxn reached the coordinator before the kill");
             return;
         }
         p.commit().await.unwrap();
