@@ -68,11 +68,16 @@ pub enum Lane {
     Produce,
     /// Fetch and ListOffsets for the consumer.
     Fetch,
-    /// Group and transaction coordinator traffic: join, sync, heartbeat,
-    /// commits, AddPartitionsToTxn, EndTxn.
+    /// Group and transaction coordinator traffic: join, sync, commits,
+    /// AddPartitionsToTxn, EndTxn.
     Coordinator,
     /// Metadata, FindCoordinator and admin requests.
     Metadata,
+    /// A group member's heartbeats, alone: a JoinGroup the coordinator
+    /// holds for the whole rebalance, or a slow OffsetCommit, on the
+    /// coordinator lane must never delay a heartbeat past the session
+    /// timeout.
+    Heartbeat,
 }
 
 struct Inner {

@@ -1,6 +1,7 @@
-//! The heartbeat task: one per generation, on its own tokio task and the
-//! coordinator lane's connection, so a slow processing loop (or a fetch
-//! long-poll) never delays a heartbeat.
+//! The heartbeat task: one per generation, on its own tokio task and its own
+//! connection ([`Lane::Heartbeat`](weir_client::cluster::Lane::Heartbeat)),
+//! so neither a slow processing loop nor a slow join, sync or commit on the
+//! coordinator connection ever delays a heartbeat.
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -6,8 +6,9 @@
 //! - the membership task joins and syncs, reacts to the coordinator's
 //!   errors exactly as Kafka's consumer does, and turns assignment changes
 //!   into [`AssignmentEvent`]s, in order;
-//! - a heartbeat task per generation, on the coordinator lane's own
-//!   connection, so a slow processing loop never starves it. It also
+//! - a heartbeat task per generation, on a connection of its own
+//!   ([`Lane::Heartbeat`](weir_client::cluster::Lane::Heartbeat)), so neither
+//!   a slow processing loop nor a slow commit starves it. It also
 //!   enforces `max.poll.interval.ms` and self-fencing (see [`Lease`]).
 //!
 //! | Coordinator says | The member |

@@ -137,6 +137,10 @@ pub(crate) async fn sync(
         .await
 }
 
+/// Heartbeats travel on their own connection ([`Lane::Heartbeat`]): the
+/// coordinator answers one connection's requests in order, so on the
+/// coordinator lane a heartbeat would queue behind a JoinGroup held for the
+/// whole rebalance or a slow OffsetCommit, and the session could expire.
 pub(crate) async fn heartbeat(
     cluster: &Cluster,
     coordinator: BrokerId,
@@ -147,7 +151,7 @@ pub(crate) async fn heartbeat(
     timeout: Duration,
 ) -> Result<i16, ClientError> {
     let version = cluster
-        .connection(coordinator, Lane::Coordinator)
+        .connection(coordinator, Lane::Heartbeat)
         .await?
         .version_for::<HeartbeatRequest>()?;
     let request = HeartbeatRequest::default()
@@ -160,7 +164,7 @@ pub(crate) async fn heartbeat(
             None
         });
     let response = cluster
-        .request_with_timeout(coordinator, Lane::Coordinator, &request, timeout)
+        .request_with_timeout(coordinator, Lane::Heartbeat, &request, timeout)
         .await?;
     Ok(response.error_code)
 }

@@ -51,6 +51,9 @@ pub enum Entry {
         who: String,
         tp: TopicPartition,
     },
+    /// The application stopped (closed or crashed): it owns nothing from
+    /// here on, whatever its last events said.
+    Released { at: Instant, who: String },
 }
 
 impl Entry {
@@ -60,7 +63,8 @@ impl Entry {
             | Entry::Revoked { who, .. }
             | Entry::Lost { who, .. }
             | Entry::Fatal { who, .. }
-            | Entry::Write { who, .. } => who,
+            | Entry::Write { who, .. }
+            | Entry::Released { who, .. } => who,
         }
     }
 }
@@ -150,6 +154,9 @@ pub fn owners(entries: &[Entry]) -> BTreeMap<String, BTreeSet<TopicPartition>> {
                     set.remove(p);
                 }
             }
+            Entry::Released { who, .. } => {
+                owned.remove(who);
+            }
             _ => {}
         }
     }
@@ -225,6 +232,7 @@ pub struct App {
     pub name: String,
     stop: Option<oneshot::Sender<()>>,
     task: JoinHandle<GroupMember>,
+    journal: Journal,
 }
 
 impl App {
@@ -241,6 +249,7 @@ impl App {
 
     pub fn run(mut member: GroupMember, name: &str, journal: &Journal) -> App {
         let (stop, mut stopped) = oneshot::channel();
+        let record = journal.clone();
         let journal = journal.clone();
         let who = name.to_owned();
         let task = tokio::spawn(async move {
@@ -282,7 +291,22 @@ impl App {
             name: name.to_owned(),
             stop: Some(stop),
             task,
+            journal: record,
         }
+    }
+
+    /// Stops the loop, records that the application let go of everything
+    /// (before the member leaves, so a new owner's events come after it),
+    /// then closes the member as `mode` says.
+    pub async fn shut_down(self, mode: weir_group::member::ShutdownMode) {
+        let journal = self.journal.clone();
+        let who = self.name.clone();
+        let member = self.stop().await;
+        journal.push(Entry::Released {
+            at: Instant::now(),
+            who,
+        });
+        member.close(mode).await;
     }
 
     /// Stops the loop and hands the member back (for `close`).
