@@ -7,12 +7,18 @@
 //! each (the tag names the instance and transaction), then commits the
 //! input offsets with [`TransactionalProducer::send_offsets_to_transaction`].
 //! When an instance dies, a new one with the same transactional id takes
-//! over, as a restarted stream thread would.
+//! over, as a restarted stream thread would. Errors are handled as Kafka
+//! prescribes: after an abortable error (or a retriable one that outlasted
+//! the API timeout) the instance aborts, rewinds to its committed positions
+//! and redoes the work; a retriable `commit` is called again; a fenced
+//! instance stops and a new one takes over.
 //!
 //! **Faults** ([`Fault`]), drawn from the seed: an instance killed at a step
 //! of a transaction, a transaction the application aborts, retriable
 //! coordinator errors (`CONCURRENT_TRANSACTIONS`, `NOT_COORDINATOR`,
-//! `COORDINATOR_LOAD_IN_PROGRESS`), a lost EndTxn response, a dropped
+//! `COORDINATOR_LOAD_IN_PROGRESS`), abortable coordinator errors
+//! (`TRANSACTION_ABORTABLE`, a zombie's `ILLEGAL_GENERATION`), a lost EndTxn
+//! response, a dropped
 //! coordinator connection, a network partition between the producer and
 //! its transaction coordinator, its group coordinator or an output
 //! partition's leader (healed after a while), and the transactional id's or
@@ -37,14 +43,15 @@ use std::time::Duration;
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use weir_client::Cluster;
 use weir_client::config::consumer::{AutoOffsetReset, ConsumerOptions, IsolationLevel};
 use weir_client::config::producer::ProducerOptions;
 use weir_client::consumer::{Consumer, SeekTo};
 use weir_client::producer::{Producer, ProducerRecord, TopicPartition};
 use weir_client::transaction::{
-    GroupMetadata, TransactionConfig, TransactionalProducer, fetch_stable_offsets,
+    GroupMetadata, TransactionConfig, TransactionErrorClass, TransactionalProducer,
+    fetch_stable_offsets,
 };
+use weir_client::{ClientError, Cluster};
 use weir_protocol::ApiKey;
 use weir_testkit::{ClientSelector, Intercept, InterceptAction, PartitionTarget, RequestMatcher};
 
@@ -61,6 +68,9 @@ const OUTPUT_PARTITIONS: i32 = 3;
 /// Brokers of the cluster a schedule runs on: coordinators and leaders are
 /// spread over them, so partitions and coordinator moves hit different ones.
 pub const BROKERS: i32 = 3;
+/// How often the application calls `commit` or `abort` again after a
+/// retriable error (each call retries for the 5 s API timeout itself).
+const COMMIT_ATTEMPTS: usize = 4;
 
 /// A step of a transaction at which an instance can die.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -142,6 +152,16 @@ pub enum Fault {
         /// Transaction number.
         txn: usize,
     },
+    /// The coordinator refuses one request as abortable: AddPartitionsToTxn
+    /// with `TRANSACTION_ABORTABLE`, or TxnOffsetCommit with
+    /// `ILLEGAL_GENERATION` (as a zombie's would be). The application must
+    /// abort and redo the transaction.
+    AbortableError {
+        /// Transaction number.
+        txn: usize,
+        /// AddPartitionsToTxn or TxnOffsetCommit.
+        api: ApiKey,
+    },
     /// The producer's requests to `target` are lost from `at` on, for
     /// `millis` ms; then the partition heals.
     Partition {
@@ -176,6 +196,7 @@ impl Fault {
             | Fault::CoordinatorError { txn, .. }
             | Fault::LostEndTxnResponse { txn }
             | Fault::DroppedConnection { txn }
+            | Fault::AbortableError { txn, .. }
             | Fault::Partition { txn, .. }
             | Fault::MoveCoordinator { txn, .. } => txn,
         }
@@ -207,8 +228,9 @@ impl fmt::Display for Schedule {
 
 impl Schedule {
     /// Draws a schedule from `seed`: up to four faults over the
-    /// transactions of the run. Partitions last 50 ms to 3 s, less than
-    /// the client's 5 s API timeout, so the client must ride them out.
+    /// transactions of the run. Partitions last 50 ms to 8 s: the shorter
+    /// ones the client rides out by itself, the ones past its 5 s API
+    /// timeout reach the application as retriable errors.
     pub fn from_seed(seed: u64) -> Schedule {
         let mut rng = StdRng::seed_from_u64(seed);
         let inputs: usize = rng.random_range(8..=24);
@@ -217,7 +239,7 @@ impl Schedule {
         let mut faults = Vec::new();
         for _ in 0..rng.random_range(1..=4) {
             let txn = rng.random_range(0..txns);
-            let fault = match rng.random_range(0..12) {
+            let fault = match rng.random_range(0..13) {
                 0 => Fault::Kill {
                     txn,
                     step: Step::AfterBegin,
@@ -256,7 +278,15 @@ impl Schedule {
                         1 => CutOff::GroupCoordinator,
                         _ => CutOff::LeaderOf(rng.random_range(0..OUTPUT_PARTITIONS)),
                     },
-                    millis: rng.random_range(50..=3000),
+                    millis: rng.random_range(50..=8000),
+                },
+                12 => Fault::AbortableError {
+                    txn,
+                    api: if rng.random_bool(0.5) {
+                        ApiKey::AddPartitionsToTxn
+                    } else {
+                        ApiKey::TxnOffsetCommit
+                    },
                 },
                 _ => Fault::MoveCoordinator {
                     txn,
@@ -304,6 +334,9 @@ pub struct Observed {
     pub transactions: usize,
     /// Instances started.
     pub instances: usize,
+    /// Transactions aborted by the application after an abortable or
+    /// retriable error, then redone.
+    pub recovered: usize,
 }
 
 /// A broken exactly-once guarantee, or a run that could not finish.
@@ -514,7 +547,7 @@ async fn run_instance(
     );
     consumer.assign(tps.clone());
     let group = GroupMetadata::unchecked(GROUP);
-    loop {
+    'work: loop {
         if positions.iter().all(|(tp, o)| ends.get(tp) == Some(o)) {
             return Ok(true);
         }
@@ -566,60 +599,104 @@ async fn run_instance(
             return Ok(false);
         }
         let mut next = positions.clone();
-        for (i, r) in records.iter().enumerate() {
-            let id = String::from_utf8_lossy(r.value.as_deref().unwrap_or_default()).into_owned();
-            producer
-                .send(
-                    ProducerRecord::new(OUTPUT)
-                        .with_key(id.clone())
-                        .with_value(format!("out-{id}@{tag}")),
+        // The first failed operation, if any; the recovery follows below.
+        let failed: Option<(&str, ClientError)> = 'txn: {
+            for (i, r) in records.iter().enumerate() {
+                let id =
+                    String::from_utf8_lossy(r.value.as_deref().unwrap_or_default()).into_owned();
+                let sent = producer
+                    .send(
+                        ProducerRecord::new(OUTPUT)
+                            .with_key(id.clone())
+                            .with_value(format!("out-{id}@{tag}")),
+                    )
+                    .await;
+                if let Err(e) = sent {
+                    break 'txn Some(("send", e));
+                }
+                next.insert(TopicPartition::new(INPUT, r.partition), r.offset + 1);
+                if i == 0 {
+                    for fault in &faults {
+                        inject(kit, &cluster, &client_id, *fault, Moment::AfterSend).await?;
+                    }
+                    if kill == Some(Step::AfterSend) {
+                        return Ok(false);
+                    }
+                }
+            }
+            if let Err(e) = producer.send_offsets_to_transaction(&next, &group).await {
+                break 'txn Some(("send_offsets_to_transaction", e));
+            }
+            if kill == Some(Step::AfterOffsets) {
+                return Ok(false);
+            }
+            if kill == Some(Step::DuringEndTxn) {
+                kit.intercept(
+                    Intercept::new(
+                        RequestMatcher::api(ApiKey::EndTxn).client(client_id.clone()),
+                        InterceptAction::DropResponse,
+                    )
+                    .times(1),
                 )
                 .await
-                .map_err(|e| format!("send: {e}"))?;
-            next.insert(TopicPartition::new(INPUT, r.partition), r.offset + 1);
-            if i == 0 {
-                for fault in &faults {
-                    inject(kit, &cluster, &client_id, *fault, Moment::AfterSend).await?;
+                .map_err(|e| e.to_string())?;
+                // The instance dies once EndTxn has reached the coordinator.
+                let end = tokio::time::timeout(Duration::from_millis(150), producer.commit()).await;
+                if let Ok(result) = end {
+                    result.map_err(|e| format!("commit: {e}"))?;
                 }
-                if kill == Some(Step::AfterSend) {
+                return Ok(false);
+            }
+            if abort {
+                break 'txn None;
+            }
+            // A retriable error means the coordinator stayed out of reach
+            // for the whole API timeout; committing again is safe.
+            for attempt in 0.. {
+                match producer.commit().await {
+                    Ok(()) => break,
+                    Err(e)
+                        if e.transaction_class() == Some(TransactionErrorClass::Retriable)
+                            && attempt < COMMIT_ATTEMPTS =>
+                    {
+                        continue;
+                    }
+                    Err(e) => return Err(format!("commit (attempt {}): {e}", attempt + 1)),
+                }
+            }
+            positions = next;
+            continue 'work;
+        };
+        // Here the transaction is to be aborted: the application chose to,
+        // or an operation failed.
+        if let Some((operation, e)) = failed {
+            match e.transaction_class() {
+                // Fenced: this instance is done; a new one takes over.
+                Some(TransactionErrorClass::Fatal) => return Ok(false),
+                // Abort, rewind to the committed positions, redo.
+                Some(TransactionErrorClass::Abortable | TransactionErrorClass::Retriable) => {
+                    observed.recovered += 1;
+                }
+                _ => return Err(format!("{operation}: {e}")),
+            }
+        }
+        let mut attempt = 0;
+        loop {
+            match producer.abort().await {
+                Ok(()) => break,
+                Err(e) if e.transaction_class() == Some(TransactionErrorClass::Fatal) => {
                     return Ok(false);
                 }
+                Err(e)
+                    if e.transaction_class() == Some(TransactionErrorClass::Retriable)
+                        && attempt < COMMIT_ATTEMPTS =>
+                {
+                    attempt += 1;
+                }
+                Err(e) => return Err(format!("abort: {e}")),
             }
         }
-        producer
-            .send_offsets_to_transaction(&next, &group)
-            .await
-            .map_err(|e| format!("send_offsets_to_transaction: {e}"))?;
-        if kill == Some(Step::AfterOffsets) {
-            return Ok(false);
-        }
-        if kill == Some(Step::DuringEndTxn) {
-            kit.intercept(
-                Intercept::new(
-                    RequestMatcher::api(ApiKey::EndTxn).client(client_id.clone()),
-                    InterceptAction::DropResponse,
-                )
-                .times(1),
-            )
-            .await
-            .map_err(|e| e.to_string())?;
-            // The instance dies once EndTxn has reached the coordinator.
-            let end = tokio::time::timeout(Duration::from_millis(150), producer.commit()).await;
-            if let Ok(result) = end {
-                result.map_err(|e| format!("commit: {e}"))?;
-            }
-            return Ok(false);
-        }
-        if abort {
-            producer.abort().await.map_err(|e| format!("abort: {e}"))?;
-            observed.aborted.insert(tag);
-            continue;
-        }
-        producer
-            .commit()
-            .await
-            .map_err(|e| format!("commit: {e}"))?;
-        positions = next;
+        observed.aborted.insert(tag);
     }
 }
 
@@ -682,6 +759,15 @@ async fn inject(
         Fault::LostEndTxnResponse { .. } => Intercept::new(
             RequestMatcher::api(ApiKey::EndTxn).client(client_id.to_owned()),
             InterceptAction::DropResponse,
+        ),
+        Fault::AbortableError { api, .. } => Intercept::new(
+            RequestMatcher::api(api).client(client_id.to_owned()),
+            // 120 TRANSACTION_ABORTABLE, 22 ILLEGAL_GENERATION.
+            InterceptAction::Error(if api == ApiKey::TxnOffsetCommit {
+                22
+            } else {
+                120
+            }),
         ),
         Fault::DroppedConnection { .. } => Intercept::new(
             RequestMatcher::api(ApiKey::AddOffsetsToTxn).client(client_id.to_owned()),

@@ -51,7 +51,7 @@ fn exactly_once_holds_under_seeded_fault_schedules() {
     let mut results = results.into_inner().unwrap();
     results.sort_by_key(|(seed, _)| *seed);
     let mut failures = Vec::new();
-    let (mut transactions, mut instances, mut aborted) = (0, 0, 0);
+    let (mut transactions, mut instances, mut aborted, mut recovered) = (0, 0, 0, 0);
     let mut kinds = std::collections::BTreeMap::<String, usize>::new();
     for (seed, result) in results {
         for fault in Schedule::from_seed(seed).faults {
@@ -64,6 +64,7 @@ fn exactly_once_holds_under_seeded_fault_schedules() {
                 transactions += observed.transactions;
                 instances += observed.instances;
                 aborted += observed.aborted.len();
+                recovered += observed.recovered;
             }
             Err(violation) => {
                 eprintln!("{violation}");
@@ -72,7 +73,7 @@ fn exactly_once_holds_under_seeded_fault_schedules() {
         }
     }
     eprintln!(
-        "eos checker: {} schedules, {} failed, {transactions} transactions, {instances} instances, {aborted} aborted by the app, faults {kinds:?}, {:?} real time",
+        "eos checker: {} schedules, {} failed, {transactions} transactions, {instances} instances, {aborted} aborted ({recovered} of them after an error), faults {kinds:?}, {:?} real time",
         seeds.len(),
         failures.len(),
         started.elapsed()
