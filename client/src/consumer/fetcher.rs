@@ -1,7 +1,7 @@
 //! Fetch requests and what their responses do to the consumer's state.
 
 use std::collections::{BTreeMap, HashSet};
-use std::time::Instant;
+use tokio::time::Instant;
 
 use indexmap::IndexMap;
 use weir_protocol::ApiKey;

@@ -15,11 +15,12 @@ pub mod offsets;
 pub mod read_committed;
 
 use std::collections::{HashMap, HashSet, VecDeque};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use bytes::Bytes;
 use indexmap::IndexMap;
 use tokio::task::JoinSet;
+use tokio::time::Instant;
 use weir_protocol::records::RecordHeader;
 
 use self::fetch_session::FetchSession;
