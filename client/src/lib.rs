@@ -42,6 +42,7 @@ pub mod consumer;
 mod error;
 #[cfg(test)]
 mod fake_broker;
+pub mod group_offsets;
 pub mod kerror;
 pub mod producer;
 pub mod transaction;

@@ -6,18 +6,15 @@
 use std::collections::BTreeMap;
 
 use weir_client::cluster::{CoordinatorKind, Lane};
+use weir_client::group_offsets::{Stability, fetch_committed_once};
 use weir_client::kerror::{KafkaCode, codes};
+use weir_client::producer::TopicPartition as ClientPartition;
 use weir_client::{ClientError, Cluster};
 use weir_protocol::ApiKey;
 use weir_protocol::kafka_protocol::messages::offset_commit_request::{
     OffsetCommitRequestPartition, OffsetCommitRequestTopic,
 };
-use weir_protocol::kafka_protocol::messages::offset_fetch_request::{
-    OffsetFetchRequestGroup, OffsetFetchRequestTopic, OffsetFetchRequestTopics,
-};
-use weir_protocol::kafka_protocol::messages::{
-    GroupId, OffsetCommitRequest, OffsetFetchRequest, TopicName,
-};
+use weir_protocol::kafka_protocol::messages::{GroupId, OffsetCommitRequest, TopicName};
 use weir_protocol::kafka_protocol::protocol::StrBytes;
 
 use crate::assignor::TopicPartition;
@@ -174,101 +171,33 @@ pub async fn fetch_committed(
     if partitions.is_empty() {
         return Ok(BTreeMap::new());
     }
-    let by_topic = by_topic(partitions.iter().map(|tp| (tp.clone(), 0)));
-    let attempt = || async {
-        let coordinator = cluster
-            .find_coordinator(CoordinatorKind::Group, group)
-            .await?;
-        let version = cluster
-            .connection(coordinator, Lane::Coordinator)
-            .await?
-            .version_for::<OffsetFetchRequest>()?;
-        let request = if version >= 8 {
-            OffsetFetchRequest::default()
-                .with_groups(vec![
-                    OffsetFetchRequestGroup::default()
-                        .with_group_id(GroupId(s(group)))
-                        .with_member_epoch(-1)
-                        .with_topics(Some(
-                            by_topic
-                                .iter()
-                                .map(|(t, ps)| {
-                                    OffsetFetchRequestTopics::default()
-                                        .with_name(TopicName(s(t)))
-                                        .with_partition_indexes(
-                                            ps.iter().map(|(p, _)| *p).collect(),
-                                        )
-                                })
-                                .collect(),
-                        )),
-                ])
-                .with_require_stable(require_stable)
-        } else {
-            OffsetFetchRequest::default()
-                .with_group_id(GroupId(s(group)))
-                .with_topics(Some(
-                    by_topic
-                        .iter()
-                        .map(|(t, ps)| {
-                            OffsetFetchRequestTopic::default()
-                                .with_name(TopicName(s(t)))
-                                .with_partition_indexes(ps.iter().map(|(p, _)| *p).collect())
-                        })
-                        .collect(),
-                ))
-                .with_require_stable(require_stable && version >= 7)
-        };
-        let response = cluster
-            .request(coordinator, Lane::Coordinator, &request)
-            .await;
-        if response.as_ref().is_err_and(ClientError::is_network) {
-            cluster.invalidate_coordinator(CoordinatorKind::Group, group);
-        }
-        let response = response?;
-        let check = |code: i16, topic: Option<&str>, partition: Option<i32>| {
-            if code == codes::NOT_COORDINATOR || code == codes::COORDINATOR_NOT_AVAILABLE {
-                cluster.invalidate_coordinator(CoordinatorKind::Group, group);
-            }
-            ClientError::check(code, ApiKey::OffsetFetch, topic.or(Some(group)), partition)
-                .map_err(|e| e.with_broker(coordinator))
-        };
-        let mut found = BTreeMap::new();
-        if version >= 8 {
-            for g in response
-                .groups
-                .iter()
-                .filter(|g| g.group_id.0.as_str() == group)
-            {
-                check(g.error_code, None, None)?;
-                for t in &g.topics {
-                    for p in &t.partitions {
-                        check(p.error_code, Some(&t.name.0), Some(p.partition_index))?;
-                        found.insert(
-                            TopicPartition::new(t.name.0.to_string(), p.partition_index),
-                            p.committed_offset,
-                        );
-                    }
-                }
-            }
-        } else {
-            check(response.error_code, None, None)?;
-            for t in &response.topics {
-                for p in &t.partitions {
-                    check(p.error_code, Some(&t.name.0), Some(p.partition_index))?;
-                    found.insert(
-                        TopicPartition::new(t.name.0.to_string(), p.partition_index),
-                        p.committed_offset,
-                    );
-                }
-            }
-        }
-        // -1: nothing committed for that partition.
-        found.retain(|_, o| *o >= 0);
-        Ok(found)
+    let client_partitions: Vec<ClientPartition> = partitions
+        .iter()
+        .map(|tp| ClientPartition::new(tp.topic.clone(), tp.partition))
+        .collect();
+    let stability = if require_stable {
+        Stability::IfSupported
+    } else {
+        Stability::Any
+    };
+    let attempt = || {
+        fetch_committed_once(
+            cluster,
+            group,
+            Some(&client_partitions),
+            stability,
+            Lane::Coordinator,
+        )
     };
     cluster
         .retry(&format!("OffsetFetch for group {group}"), attempt)
         .await
+        .map(|offsets| {
+            offsets
+                .into_iter()
+                .map(|c| (TopicPartition::new(c.topic, c.partition), c.offset))
+                .collect()
+        })
         .map_err(|e| match e.kafka_code() {
             Some(code) if !code.retriable => group_error("OffsetFetch", group, code.code),
             _ => client_error(format!("OffsetFetch for group {group}"), &e),

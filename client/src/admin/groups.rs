@@ -4,14 +4,13 @@ use std::collections::BTreeMap;
 
 use bytes::Bytes;
 use weir_protocol::ApiKey;
-use weir_protocol::kafka_protocol::messages::offset_fetch_request::OffsetFetchRequestGroup;
-use weir_protocol::kafka_protocol::messages::{
-    DescribeGroupsRequest, GroupId, ListGroupsRequest, OffsetFetchRequest,
-};
+use weir_protocol::kafka_protocol::messages::{DescribeGroupsRequest, GroupId, ListGroupsRequest};
 use weir_protocol::kafka_protocol::protocol::StrBytes;
 
 use super::Admin;
 use crate::cluster::{BrokerId, CoordinatorKind, Lane};
+pub use crate::group_offsets::CommittedOffset;
+use crate::group_offsets::{Stability, fetch_committed_once};
 use crate::kerror::codes;
 use crate::{ClientError, Result};
 
@@ -41,19 +40,6 @@ pub struct MemberDescription {
     pub metadata: Bytes,
     /// Its assignment, as the protocol encodes it.
     pub assignment: Bytes,
-}
-
-/// An offset a group committed.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CommittedOffset {
-    /// The topic.
-    pub topic: String,
-    /// The partition.
-    pub partition: i32,
-    /// The next offset the group will consume.
-    pub offset: i64,
-    /// The metadata committed with it.
-    pub metadata: Option<String>,
 }
 
 /// A group as DescribeGroups reports it.
@@ -194,95 +180,6 @@ impl Admin {
     }
 
     async fn list_group_offsets_once(&self, group: &str) -> Result<Vec<CommittedOffset>> {
-        let coordinator = self
-            .cluster
-            .find_coordinator(CoordinatorKind::Group, group)
-            .await?;
-        let version = self
-            .cluster
-            .connection(coordinator, Lane::Metadata)
-            .await?
-            .version_for::<OffsetFetchRequest>()?;
-        let id = GroupId(StrBytes::from_string(group.to_owned()));
-        // v8 batches groups; before that one group, and `topics: None` (v2+)
-        // asks for every partition.
-        let request = if version >= 8 {
-            OffsetFetchRequest::default().with_groups(vec![
-                OffsetFetchRequestGroup::default()
-                    .with_group_id(id)
-                    .with_topics(None),
-            ])
-        } else {
-            OffsetFetchRequest::default()
-                .with_group_id(id)
-                .with_topics(None)
-        };
-        let response = self
-            .cluster
-            .request(coordinator, Lane::Metadata, &request)
-            .await;
-        if response.as_ref().is_err_and(ClientError::is_network) {
-            self.cluster
-                .invalidate_coordinator(CoordinatorKind::Group, group);
-        }
-        let response = response?;
-        let mut out = Vec::new();
-        let check_group = |code: i16| {
-            if code == codes::NOT_COORDINATOR || code == codes::COORDINATOR_NOT_AVAILABLE {
-                self.cluster
-                    .invalidate_coordinator(CoordinatorKind::Group, group);
-            }
-            ClientError::check(code, ApiKey::OffsetFetch, Some(group), None)
-                .map_err(|e| e.with_broker(coordinator))
-        };
-        let committed =
-            |topic: &str, partition: i32, offset: i64, metadata: Option<&StrBytes>, code: i16| {
-                ClientError::check(code, ApiKey::OffsetFetch, Some(topic), Some(partition))?;
-                Ok::<_, ClientError>(CommittedOffset {
-                    topic: topic.to_owned(),
-                    partition,
-                    offset,
-                    metadata: metadata.map(|m| m.to_string()),
-                })
-            };
-        if version >= 8 {
-            let g = response
-                .groups
-                .iter()
-                .find(|g| g.group_id.0.as_str() == group)
-                .ok_or_else(|| ClientError::MissingInResponse {
-                    api: ApiKey::OffsetFetch,
-                    what: group.to_owned(),
-                })?;
-            check_group(g.error_code)?;
-            for t in &g.topics {
-                for p in &t.partitions {
-                    out.push(committed(
-                        &t.name.0,
-                        p.partition_index,
-                        p.committed_offset,
-                        p.metadata.as_ref(),
-                        p.error_code,
-                    )?);
-                }
-            }
-        } else {
-            check_group(response.error_code)?;
-            for t in &response.topics {
-                for p in &t.partitions {
-                    out.push(committed(
-                        &t.name.0,
-                        p.partition_index,
-                        p.committed_offset,
-                        p.metadata.as_ref(),
-                        p.error_code,
-                    )?);
-                }
-            }
-        }
-        // -1: no offset committed for that partition.
-        out.retain(|c| c.offset >= 0);
-        out.sort_by(|a, b| (&a.topic, a.partition).cmp(&(&b.topic, b.partition)));
-        Ok(out)
+        fetch_committed_once(&self.cluster, group, None, Stability::Any, Lane::Metadata).await
     }
 }

@@ -5,17 +5,10 @@
 
 use std::collections::BTreeMap;
 
-use weir_protocol::ApiKey;
-use weir_protocol::kafka_protocol::messages::offset_fetch_request::{
-    OffsetFetchRequestGroup, OffsetFetchRequestTopic, OffsetFetchRequestTopics,
-};
-use weir_protocol::kafka_protocol::messages::{GroupId, OffsetFetchRequest, TopicName};
-use weir_protocol::kafka_protocol::protocol::StrBytes;
-
-use super::errors::coordinator_moved;
-use crate::cluster::{CoordinatorKind, Lane};
+use crate::cluster::Lane;
+use crate::group_offsets::{Stability, by_partition, fetch_committed_once};
 use crate::producer::TopicPartition;
-use crate::{ClientError, Cluster, Result};
+use crate::{Cluster, Result};
 
 /// A consumer's group membership as of its last successful SyncGroup.
 ///
@@ -70,112 +63,15 @@ pub async fn fetch_stable_offsets(
 ) -> Result<BTreeMap<TopicPartition, i64>> {
     cluster
         .retry("OffsetFetch(require_stable)", || async {
-            let result = fetch_once(cluster, group, partitions).await;
-            if result.as_ref().is_err_and(coordinator_moved) {
-                cluster.invalidate_coordinator(CoordinatorKind::Group, group);
-            }
-            result
+            fetch_committed_once(
+                cluster,
+                group,
+                Some(partitions),
+                Stability::Required,
+                Lane::Coordinator,
+            )
+            .await
         })
         .await
-}
-
-async fn fetch_once(
-    cluster: &Cluster,
-    group: &str,
-    partitions: &[TopicPartition],
-) -> Result<BTreeMap<TopicPartition, i64>> {
-    let coordinator = cluster
-        .find_coordinator(CoordinatorKind::Group, group)
-        .await?;
-    let version = cluster
-        .connection(coordinator, Lane::Coordinator)
-        .await?
-        .version_for::<OffsetFetchRequest>()?;
-    if version < 7 {
-        return Err(ClientError::MissingInResponse {
-            api: ApiKey::OffsetFetch,
-            what: format!("require_stable (the broker speaks only v{version}; v7 is needed)"),
-        });
-    }
-    let mut by_topic: BTreeMap<&str, Vec<i32>> = BTreeMap::new();
-    for tp in partitions {
-        by_topic.entry(&tp.topic).or_default().push(tp.partition);
-    }
-    let id = GroupId(StrBytes::from_string(group.to_owned()));
-    let name = |t: &str| TopicName(StrBytes::from_string(t.to_owned()));
-    let request = if version >= 8 {
-        let topics = by_topic
-            .iter()
-            .map(|(t, p)| {
-                OffsetFetchRequestTopics::default()
-                    .with_name(name(t))
-                    .with_partition_indexes(p.clone())
-            })
-            .collect();
-        OffsetFetchRequest::default()
-            .with_groups(vec![
-                OffsetFetchRequestGroup::default()
-                    .with_group_id(id)
-                    .with_topics(Some(topics)),
-            ])
-            .with_require_stable(true)
-    } else {
-        let topics = by_topic
-            .iter()
-            .map(|(t, p)| {
-                OffsetFetchRequestTopic::default()
-                    .with_name(name(t))
-                    .with_partition_indexes(p.clone())
-            })
-            .collect();
-        OffsetFetchRequest::default()
-            .with_group_id(id)
-            .with_topics(Some(topics))
-            .with_require_stable(true)
-    };
-    let response = cluster
-        .request(coordinator, Lane::Coordinator, &request)
-        .await?;
-    let mut out = BTreeMap::new();
-    let mut add = |topic: &str, partition: i32, offset: i64, code: i16| {
-        ClientError::check(code, ApiKey::OffsetFetch, Some(topic), Some(partition))?;
-        if offset >= 0 {
-            out.insert(TopicPartition::new(topic.to_owned(), partition), offset);
-        }
-        Ok::<_, ClientError>(())
-    };
-    if version >= 8 {
-        let g = response
-            .groups
-            .iter()
-            .find(|g| g.group_id.0.as_str() == group)
-            .ok_or_else(|| ClientError::MissingInResponse {
-                api: ApiKey::OffsetFetch,
-                what: group.to_owned(),
-            })?;
-        ClientError::check(g.error_code, ApiKey::OffsetFetch, Some(group), None)?;
-        for t in &g.topics {
-            for p in &t.partitions {
-                add(
-                    &t.name.0,
-                    p.partition_index,
-                    p.committed_offset,
-                    p.error_code,
-                )?;
-            }
-        }
-    } else {
-        ClientError::check(response.error_code, ApiKey::OffsetFetch, Some(group), None)?;
-        for t in &response.topics {
-            for p in &t.partitions {
-                add(
-                    &t.name.0,
-                    p.partition_index,
-                    p.committed_offset,
-                    p.error_code,
-                )?;
-            }
-        }
-    }
-    Ok(out)
+        .map(by_partition)
 }
