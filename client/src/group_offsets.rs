@@ -88,6 +88,25 @@ pub async fn fetch_committed_once(
         ClientError::check(code, ApiKey::OffsetFetch, Some(topic), partition)
             .map_err(|e| e.with_broker(coordinator))
     };
+    // The v8 and older answers have the same fields in different types.
+    macro_rules! rows {
+        ($topics:expr) => {
+            $topics
+                .iter()
+                .flat_map(|t| {
+                    t.partitions.iter().map(|p| {
+                        (
+                            &t.name.0,
+                            p.partition_index,
+                            p.committed_offset,
+                            p.metadata.as_ref(),
+                            p.error_code,
+                        )
+                    })
+                })
+                .collect()
+        };
+    }
     // v8 answers per group; before that, at the top level.
     let (group_code, topics): (i16, Vec<_>) = if version >= 8 {
         let g = response
@@ -98,39 +117,9 @@ pub async fn fetch_committed_once(
                 api: ApiKey::OffsetFetch,
                 what: group.to_owned(),
             })?;
-        let topics = g
-            .topics
-            .iter()
-            .flat_map(|t| {
-                t.partitions.iter().map(|p| {
-                    (
-                        &t.name.0,
-                        p.partition_index,
-                        p.committed_offset,
-                        p.metadata.as_ref(),
-                        p.error_code,
-                    )
-                })
-            })
-            .collect();
-        (g.error_code, topics)
+        (g.error_code, rows!(g.topics))
     } else {
-        let topics = response
-            .topics
-            .iter()
-            .flat_map(|t| {
-                t.partitions.iter().map(|p| {
-                    (
-                        &t.name.0,
-                        p.partition_index,
-                        p.committed_offset,
-                        p.metadata.as_ref(),
-                        p.error_code,
-                    )
-                })
-            })
-            .collect();
-        (response.error_code, topics)
+        (response.error_code, rows!(response.topics))
     };
     check(group_code, group, None)?;
     let mut out = Vec::with_capacity(topics.len());
