@@ -45,14 +45,20 @@ async fn move_coordinator(tk: &weir_testkit::Cluster, group: &str) -> (i32, i32)
     (from, to)
 }
 
-/// (when, to which broker) of every Heartbeat `client` sent.
-async fn heartbeats(tk: &weir_testkit::Cluster, client: &str) -> Vec<(Instant, i32)> {
+/// (when, to which broker, member id, generation) of every Heartbeat
+/// `client` sent.
+async fn heartbeats(tk: &weir_testkit::Cluster, client: &str) -> Vec<(Instant, i32, String, i32)> {
     tk.requests()
         .await
         .unwrap()
         .into_iter()
-        .filter(|r| r.api_key == ApiKey::Heartbeat && r.client_id.as_deref() == Some(client))
-        .map(|r| (r.at, r.broker_id))
+        .filter(|r| r.client_id.as_deref() == Some(client))
+        .filter_map(|r| match r.body {
+            RequestKind::Heartbeat(h) => {
+                Some((r.at, r.broker_id, h.member_id.to_string(), h.generation_id))
+            }
+            _ => None,
+        })
         .collect()
 }
 
@@ -78,19 +84,35 @@ async fn a_stable_group_follows_its_coordinator_without_a_rebalance() {
 
     for who in ["a", "b"] {
         let beats = heartbeats(&tk, who).await;
-        let after: Vec<i32> = beats
+        let after: Vec<_> = beats.iter().filter(|(at, ..)| *at > moved_at).collect();
+        let generation = journal
+            .entries()
             .iter()
-            .filter(|(at, _)| *at > moved_at)
-            .map(|(_, broker)| *broker)
-            .collect();
+            .rev()
+            .find_map(|e| match e {
+                Entry::Assigned {
+                    who: w, generation, ..
+                } if w == who => Some(*generation),
+                _ => None,
+            })
+            .unwrap();
+        let member_id = after[0].2.clone();
         // At most one heartbeat went to the old broker (NOT_COORDINATOR),
-        // then every one to the new coordinator.
+        // then every one to the new coordinator, as the same member of the
+        // same generation.
+        let brokers: Vec<i32> = after.iter().map(|(_, b, ..)| *b).collect();
         assert!(
-            after.iter().filter(|b| **b == from).count() <= 1,
-            "{who}: {after:?}"
+            brokers.iter().filter(|b| **b == from).count() <= 1,
+            "{who}: {brokers:?}"
         );
         assert!(
-            after.iter().filter(|b| **b == to).count() >= 25,
+            brokers.iter().filter(|b| **b == to).count() >= 25,
+            "{who}: {brokers:?}"
+        );
+        assert!(
+            after
+                .iter()
+                .all(|(_, _, m, g)| *m == member_id && *g == generation),
             "{who}: {after:?}"
         );
     }
