@@ -73,10 +73,10 @@ pub enum Lane {
     Coordinator,
     /// Metadata, FindCoordinator and admin requests.
     Metadata,
-    /// A group member's heartbeats, alone: a JoinGroup the coordinator
-    /// holds for the whole rebalance, or a slow OffsetCommit, on the
-    /// coordinator lane must never delay a heartbeat past the session
-    /// timeout.
+    /// A group member's Heartbeat and LeaveGroup requests, which must never
+    /// wait on the coordinator lane behind a JoinGroup the coordinator holds
+    /// for the whole rebalance or a slow OffsetCommit: a delayed heartbeat
+    /// can let the session expire, a delayed leave keeps partitions idle.
     Heartbeat,
 }
 

@@ -170,6 +170,11 @@ pub(crate) async fn heartbeat(
 }
 
 /// Sends LeaveGroup; returns the error code (the member's own from v3).
+///
+/// On the heartbeat lane too: a member that leaves during a rebalance has a
+/// JoinGroup held by the coordinator on the coordinator lane, and a
+/// LeaveGroup queued behind it would reach the coordinator only once the
+/// rebalance completed, followed by one more rebalance for the leave.
 pub(crate) async fn leave(
     cluster: &Cluster,
     coordinator: BrokerId,
@@ -178,7 +183,7 @@ pub(crate) async fn leave(
     instance_id: Option<&str>,
 ) -> Result<i16, ClientError> {
     let version = cluster
-        .connection(coordinator, Lane::Coordinator)
+        .connection(coordinator, Lane::Heartbeat)
         .await?
         .version_for::<LeaveGroupRequest>()?;
     let request = if version >= 3 {
@@ -195,7 +200,7 @@ pub(crate) async fn leave(
             .with_member_id(s(member_id))
     };
     let response = cluster
-        .request(coordinator, Lane::Coordinator, &request)
+        .request(coordinator, Lane::Heartbeat, &request)
         .await?;
     if response.error_code != 0 {
         return Ok(response.error_code);
