@@ -20,17 +20,8 @@ use weir_testkit::{Intercept, InterceptAction, RequestMatcher};
 
 const LIMIT: Duration = Duration::from_secs(60);
 
-async fn three_brokers(partitions: i32) -> weir_testkit::Cluster {
-    let cluster = weir_testkit::Cluster::builder()
-        .brokers(3)
-        .build()
-        .await
-        .unwrap();
-    cluster
-        .create_topic(TOPIC, partitions, std::iter::empty::<(String, String)>())
-        .await
-        .unwrap();
-    cluster
+async fn three_brokers(partitions: i32) -> std::sync::Arc<weir_testkit::Cluster> {
+    testkit_with(weir_testkit::Cluster::builder().brokers(3), partitions).await
 }
 
 /// Moves the coordinator of `group` to the next broker; returns (from, to).

@@ -18,7 +18,10 @@ const LIMIT: Duration = Duration::from_secs(60);
 
 /// Starts `a` alone, waits until it owns the 2 partitions, then makes its
 /// next `api` request fail with `code`.
-async fn stable_then_fail(api: ApiKey, code: i16) -> (weir_testkit::Cluster, Journal, App) {
+async fn stable_then_fail(
+    api: ApiKey,
+    code: i16,
+) -> (std::sync::Arc<weir_testkit::Cluster>, Journal, App) {
     let tk = testkit(2).await;
     let journal = Journal::default();
     let a = App::start(

@@ -4,7 +4,7 @@
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use tokio::sync::{oneshot, watch};
@@ -200,21 +200,51 @@ pub fn balanced(entries: &[Entry], members: &[&str], n: i32) -> bool {
     total == n as usize && all == partitions(n)
 }
 
-pub async fn testkit(partitions: i32) -> weir_testkit::Cluster {
-    let cluster = weir_testkit::Cluster::builder().build().await.unwrap();
+pub async fn testkit(partitions: i32) -> Arc<weir_testkit::Cluster> {
+    testkit_with(weir_testkit::Cluster::builder(), partitions).await
+}
+
+/// A testkit cluster built by `builder` with the topic, registered so that
+/// [`client`] reaches it in memory.
+pub async fn testkit_with(
+    builder: weir_testkit::ClusterBuilder,
+    partitions: i32,
+) -> Arc<weir_testkit::Cluster> {
+    let cluster = Arc::new(builder.build().await.unwrap());
     cluster
         .create_topic(TOPIC, partitions, std::iter::empty::<(String, String)>())
         .await
         .unwrap();
+    IN_MEMORY
+        .lock()
+        .unwrap()
+        .insert(cluster.bootstrap(), Arc::downgrade(&cluster));
     cluster
 }
 
+/// The testkit clusters of this process by bootstrap address: a client of
+/// one of them connects over in-memory streams, where tokio's paused clock
+/// is exact (a real socket lets the clock jump ahead while it is idle).
+/// Any other address (tansu) is dialled over TCP.
+static IN_MEMORY: Mutex<BTreeMap<String, Weak<weir_testkit::Cluster>>> =
+    Mutex::new(BTreeMap::new());
+
 pub async fn client(bootstrap: &str, client_id: &str) -> Cluster {
-    let config = ClientConfig::from_properties(&[
-        ("bootstrap.servers", bootstrap),
-        ("client.id", client_id),
-    ])
-    .unwrap();
+    let kit = IN_MEMORY
+        .lock()
+        .unwrap()
+        .get(bootstrap)
+        .and_then(Weak::upgrade);
+    let config = match kit {
+        Some(kit) => weir_integration::testkit_dial::client_config(&kit, client_id)
+            .build()
+            .unwrap(),
+        None => ClientConfig::from_properties(&[
+            ("bootstrap.servers", bootstrap),
+            ("client.id", client_id),
+        ])
+        .unwrap(),
+    };
     Cluster::connect(config).await.unwrap()
 }
 
