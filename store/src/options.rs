@@ -39,9 +39,17 @@ pub struct StoreOptions {
     pub durability: Durability,
     /// Bytes of changelog records per atomic restore batch into a non-empty store.
     pub restore_batch_bytes: usize,
-    /// Bytes of changelog records per sorted run when restoring into an empty store;
-    /// with the pipeline, at most about three runs are in memory at once.
+    /// Bytes of changelog records per sorted run when restoring into an empty
+    /// store (each run is sorted on its own, then all are merged once).
     pub restore_run_bytes: usize,
+    /// Bytes of sorted runs an empty-store restore keeps in memory; later runs
+    /// are spilled to files in the task directory. Peak memory of such a
+    /// restore is about this plus four times [`StoreOptions::restore_run_bytes`].
+    pub restore_memory_bytes: usize,
+    /// Threads that merge the sorted runs of an empty-store restore into the
+    /// store, each writing one key range (the calling thread is one of them).
+    /// Defaults to the available parallelism, at most 4.
+    pub restore_threads: usize,
     /// fjall block cache size in bytes.
     pub cache_bytes: u64,
     /// Memtable size of newly created keyspaces (fjall's default, 64 MiB, if
@@ -55,7 +63,11 @@ impl Default for StoreOptions {
         Self {
             durability: Durability::default(),
             restore_batch_bytes: 4 << 20,
-            restore_run_bytes: 64 << 20,
+            restore_run_bytes: 16 << 20,
+            restore_memory_bytes: 128 << 20,
+            restore_threads: std::thread::available_parallelism()
+                .map_or(1, std::num::NonZeroUsize::get)
+                .min(4),
             cache_bytes: 32 << 20,
             memtable_bytes: None,
         }
@@ -81,6 +93,20 @@ impl StoreOptions {
     #[must_use]
     pub fn with_memtable_bytes(mut self, bytes: u64) -> Self {
         self.memtable_bytes = Some(bytes.max(64 << 10));
+        self
+    }
+
+    /// Sets [`StoreOptions::restore_memory_bytes`] (0 spills every run).
+    #[must_use]
+    pub fn with_restore_memory_bytes(mut self, bytes: usize) -> Self {
+        self.restore_memory_bytes = bytes;
+        self
+    }
+
+    /// Sets [`StoreOptions::restore_threads`] (at least 1).
+    #[must_use]
+    pub fn with_restore_threads(mut self, threads: usize) -> Self {
+        self.restore_threads = threads.max(1);
         self
     }
 

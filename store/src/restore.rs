@@ -3,33 +3,41 @@
 //! Two paths, both pipelined over two threads (the caller's thread prepares the
 //! next batch or run while a worker thread writes the previous one):
 //!
-//! - **Sorted runs**, for a key-value store that is empty when the restore starts.
-//!   Records arrive in offset order, not key order, and may not fit in memory, so
-//!   they are cut into runs of [`StoreOptions::restore_run_bytes`], each sorted
-//!   and de-duplicated (last write per key wins) and handed to fjall's bulk
-//!   ingestion as one new sorted run of tables. A later run shadows earlier ones,
-//!   exactly as later changelog records do, and fjall's compaction merges them.
-//!   Ingested runs are not part of a write batch, so a marker in the metadata
-//!   says "contents are not a commit" until the final offsets are committed; if
-//!   the process dies first, `open` empties the store and reports its offset as
-//!   unknown (see `TaskStore::open`).
+//! - **Sorted runs** (an external merge sort), for a key-value store that is
+//!   empty when the restore starts. Records arrive in offset order, not key
+//!   order, and may not fit in memory, so they are cut into runs of
+//!   [`StoreOptions::restore_run_bytes`], each sorted and de-duplicated (last
+//!   write per key wins) by whichever thread is free. Runs are kept in memory up
+//!   to [`StoreOptions::restore_memory_bytes`] and spilled to files after that
+//!   (`spill`). `finish` merges all runs once, newest write per key winning, on
+//!   [`StoreOptions::restore_threads`] threads that each write a disjoint key
+//!   range through fjall's bulk ingestion (`run_merge`); disjoint runs need no
+//!   compaction. Ingestion is not part of a write batch, so a marker in the
+//!   metadata says "contents are not a commit" until the final offsets are
+//!   committed; if the process dies first, `open` empties the store and reports
+//!   its offset as unknown (see `TaskStore::open`).
 //! - **Atomic batches**, for everything else (catch-up of a non-empty store,
 //!   standbys, window stores): puts and tombstones go into fjall write batches of
 //!   [`StoreOptions::restore_batch_bytes`], each carrying the offset it reaches,
 //!   so every crash leaves a consistent prefix of the changelog.
 //!
 //! [`StoreOptions::restore_run_bytes`]: crate::StoreOptions::restore_run_bytes
+//! [`StoreOptions::restore_memory_bytes`]: crate::StoreOptions::restore_memory_bytes
+//! [`StoreOptions::restore_threads`]: crate::StoreOptions::restore_threads
 //! [`StoreOptions::restore_batch_bytes`]: crate::StoreOptions::restore_batch_bytes
 
-use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
+use std::sync::mpsc::{Receiver, SyncSender, TryRecvError, TrySendError, sync_channel};
 use std::thread::JoinHandle;
+use std::time::Instant;
 
 use fjall::{Keyspace, OwnedWriteBatch, PersistMode};
 
 use crate::error::{Result, StoreError};
 use crate::kv::check_entry;
 use crate::meta::{self, ChangelogPartition, StoreKind};
+use crate::run_merge::ingest_runs;
 use crate::sorted_run::{RunBuilder, SortedRun};
+use crate::spill::{SPILL_DIR, SpilledRuns, memory_source};
 use crate::task_store::{TaskStore, segment_keyspace_name};
 use crate::window::{encode_segment_key, is_live, segment_of, split_window_changelog_key};
 
@@ -86,7 +94,11 @@ enum Job {
         next_offset: i64,
         stream_time: Option<i64>,
     },
-    Run(SortedRun),
+    /// A run of an empty-store restore, still in arrival order: the worker
+    /// sorts it and keeps it or spills it to a file.
+    Run(RunBuilder),
+    /// A run the caller sorted itself because the worker was busy.
+    SortedRun(SortedRun),
 }
 
 /// Applies changelog records to one store. Create with [`TaskStore::restorer`],
@@ -102,8 +114,11 @@ pub struct ChangelogRestorer {
     batch_bytes: usize,
     stream_time: Option<i64>,
     run: RunBuilder,
+    /// Arenas of runs the worker has sorted, for reuse (saves page faults).
+    recycled: Receiver<RunBuilder>,
+    keyspace: Option<Keyspace>,
     jobs: Option<SyncSender<Job>>,
-    worker: Option<JoinHandle<Result<()>>>,
+    worker: Option<JoinHandle<Result<Option<SpilledRuns>>>>,
 }
 
 impl std::fmt::Debug for ChangelogRestorer {
@@ -152,15 +167,22 @@ impl TaskStore {
         } else {
             RestorePath::Batches
         };
-        if path == RestorePath::SortedRuns {
+        let spill = if path == RestorePath::SortedRuns {
             // From here until `finish` commits, the store claims nothing.
             self.inner.write_meta_now(
                 &[(meta::restoring_key(store), Vec::new())],
                 &[meta::offset_key(&partition)],
             )?;
             self.inner.state().offsets.remove(&partition);
-        }
+            Some(SpilledRuns::create(
+                self.path().join(SPILL_DIR).join(store),
+                self.inner.options.restore_memory_bytes,
+            )?)
+        } else {
+            None
+        };
         let (jobs, rx) = sync_channel::<Job>(1);
+        let (recycle, recycled) = sync_channel::<RunBuilder>(1);
         let worker_task = self.clone();
         let worker_store = store.to_owned();
         let worker_partition = partition.clone();
@@ -173,7 +195,9 @@ impl TaskStore {
                     &worker_store,
                     &worker_partition,
                     worker_keyspace,
+                    spill,
                     &rx,
+                    &recycle,
                 )
             })
             .map_err(|e| StoreError::io(self.path(), e))?;
@@ -193,7 +217,14 @@ impl TaskStore {
             batch: None,
             batch_bytes: 0,
             stream_time,
-            run: RunBuilder::default(),
+            run: match path {
+                RestorePath::SortedRuns => {
+                    RunBuilder::with_capacity(self.inner.options.restore_run_bytes)
+                }
+                RestorePath::Batches => RunBuilder::default(),
+            },
+            recycled,
+            keyspace,
             jobs: Some(jobs),
             worker: Some(worker),
         })
@@ -231,9 +262,16 @@ impl ChangelogRestorer {
                     check_entry(&self.store, record.key, record.value)
                         .map_err(|e| bad(e.to_string()))?;
                     self.run.push(record.key, record.value);
-                    if self.run.data_bytes() >= self.task.inner.options.restore_run_bytes {
-                        let run = std::mem::take(&mut self.run).seal();
-                        self.send(Job::Run(run))?;
+                    let run_bytes = self.task.inner.options.restore_run_bytes;
+                    if self.run.data_bytes() >= run_bytes {
+                        let fresh = match self.recycled.try_recv() {
+                            Ok(builder) => builder,
+                            Err(TryRecvError::Empty | TryRecvError::Disconnected) => {
+                                RunBuilder::with_capacity(run_bytes)
+                            }
+                        };
+                        let run = std::mem::replace(&mut self.run, fresh);
+                        self.send_run(run)?;
                     }
                 }
                 (RestorePath::Batches, StoreKind::KeyValue) => {
@@ -299,11 +337,40 @@ impl ChangelogRestorer {
                 self.join()?;
             }
             RestorePath::SortedRuns => {
-                let run = std::mem::take(&mut self.run).seal();
-                if !run.is_empty() {
-                    self.send(Job::Run(run))?;
-                }
-                self.join()?;
+                // The last run is sorted here while the worker spills the
+                // previous one; it joins the merge from memory.
+                let started = Instant::now();
+                let last = std::mem::take(&mut self.run);
+                let last = (!last.is_empty()).then(|| last.seal().0);
+                let sealed = started.elapsed();
+                let spilled = self.join()?;
+                let joined = started.elapsed();
+                let mut runs = spilled
+                    .as_ref()
+                    .map(SpilledRuns::sources)
+                    .unwrap_or_default();
+                runs.extend(last.map(memory_source));
+                let Some(keyspace) = &self.keyspace else {
+                    return Err(StoreError::UnknownStore(self.store.clone()));
+                };
+                let written = ingest_runs(
+                    &runs,
+                    keyspace,
+                    self.task.inner.options.restore_threads,
+                    self.task.path(),
+                )?;
+                let merged = started.elapsed();
+                drop(spilled);
+                // Where the time of the final step went, for profiling.
+                tracing::debug!(
+                    store = %self.store,
+                    runs = runs.len(),
+                    written,
+                    last_sort_ms = sealed.as_millis(),
+                    worker_wait_ms = (joined - sealed).as_millis(),
+                    merge_ms = (merged - joined).as_millis(),
+                    "merged sorted runs into the store"
+                );
                 let inner = &self.task.inner;
                 let mut batch = inner.db.batch().durability(Some(PersistMode::SyncAll));
                 if let Some(next) = self.progress.next_offset {
@@ -355,7 +422,7 @@ impl ChangelogRestorer {
         };
         self.batch_bytes = 0;
         if self.kind == StoreKind::KeyValue {
-            let run = std::mem::take(&mut self.run).seal();
+            let (run, _) = std::mem::take(&mut self.run).seal();
             return self.send(Job::SortedBatch {
                 run,
                 next_offset,
@@ -385,6 +452,24 @@ impl ChangelogRestorer {
         })
     }
 
+    /// Hands a full run to the worker, or, if the worker is still busy with
+    /// an earlier one, sorts it on this thread first: sorting costs about as
+    /// much as receiving the records, so this keeps both cores busy.
+    fn send_run(&mut self, run: RunBuilder) -> Result<()> {
+        let Some(jobs) = &self.jobs else {
+            return self.send(Job::Run(run));
+        };
+        match jobs.try_send(Job::Run(run)) {
+            Ok(()) => Ok(()),
+            Err(TrySendError::Full(Job::Run(run))) => {
+                let (sorted, arena) = run.seal();
+                self.run = arena;
+                self.send(Job::SortedRun(sorted))
+            }
+            Err(TrySendError::Full(job) | TrySendError::Disconnected(job)) => self.send(job),
+        }
+    }
+
     fn send(&mut self, job: Job) -> Result<()> {
         let sent = self.jobs.as_ref().map(|jobs| jobs.send(job).is_ok());
         if sent == Some(true) {
@@ -396,10 +481,10 @@ impl ChangelogRestorer {
         }
     }
 
-    fn join(&mut self) -> Result<()> {
+    fn join(&mut self) -> Result<Option<SpilledRuns>> {
         self.jobs = None;
         match self.worker.take() {
-            None => Ok(()),
+            None => Ok(None),
             Some(handle) => match handle.join() {
                 Ok(result) => result,
                 Err(_) => Err(self.worker_error("worker panicked")),
@@ -428,10 +513,11 @@ fn run_worker(
     store: &str,
     partition: &ChangelogPartition,
     keyspace: Option<Keyspace>,
+    mut spill: Option<SpilledRuns>,
     jobs: &Receiver<Job>,
-) -> Result<()> {
+    recycle: &SyncSender<RunBuilder>,
+) -> Result<Option<SpilledRuns>> {
     let inner = &task.inner;
-    let mut runs = 0usize;
     while let Ok(job) = jobs.recv() {
         match job {
             Job::SortedBatch {
@@ -473,31 +559,33 @@ fn run_worker(
                     entry.stream_time = Some(entry.stream_time.map_or(t, |c| c.max(t)));
                 }
             }
-            Job::Run(run) => {
-                let Some(ks) = &keyspace else {
+            Job::SortedRun(run) => {
+                let Some(spill) = spill.as_mut() else {
                     return Err(StoreError::UnknownStore(store.to_owned()));
                 };
-                // The store was empty when the restore started, so tombstones
-                // in the first run have nothing to delete.
-                let first = runs == 0;
-                let mut ingestion = ks
-                    .start_ingestion()
-                    .map_err(inner.engine_err("starting ingestion"))?;
-                for (key, value) in run.iter() {
-                    match value {
-                        Some(v) => ingestion.write(key, v),
-                        None if first => Ok(()),
-                        None => ingestion.write_tombstone(key),
-                    }
-                    .map_err(inner.engine_err("ingesting a sorted run"))?;
-                }
-                ingestion
-                    .finish()
-                    .map_err(inner.engine_err("finishing ingestion"))?;
-                runs += 1;
-                tracing::debug!(store, runs, entries = run.len(), "ingested sorted run");
+                spill.push(run)?;
+            }
+            Job::Run(builder) => {
+                let Some(spill) = spill.as_mut() else {
+                    return Err(StoreError::UnknownStore(store.to_owned()));
+                };
+                let started = Instant::now();
+                let (run, arena) = builder.seal();
+                let sorted = started.elapsed();
+                // The caller may already have started its next run; then the
+                // arena is simply freed.
+                let _ = recycle.try_send(arena);
+                let records = run.records;
+                spill.push(run)?;
+                tracing::debug!(
+                    store,
+                    records,
+                    sort_ms = sorted.as_millis(),
+                    keep_or_spill_ms = (started.elapsed() - sorted).as_millis(),
+                    "sorted a run"
+                );
             }
         }
     }
-    Ok(())
+    Ok(spill)
 }

@@ -1,95 +1,247 @@
 //! Buffers changelog records in one arena and turns them into a key-sorted,
-//! de-duplicated run for bulk ingestion.
+//! de-duplicated run, encoded in the same record format the spill files use.
+//!
+//! Record format (arena, sorted runs and spill files alike):
+//! `kind: u8` (0 tombstone, 1 put), `key_len: u16 LE`, `value_len: u32 LE`,
+//! then the key and the value. The format never leaves the process (spill
+//! files are deleted when a restore ends or at the next open), but decoding is
+//! still checked, so a damaged temporary file gives an error, not a panic.
 
-/// Where one record lives in the arena.
-#[derive(Debug, Clone, Copy)]
-struct Slot {
-    start: usize,
-    key_len: u32,
-    /// `u32::MAX` marks a tombstone (values that long are rejected earlier).
-    value_len: u32,
+/// Bytes before the key of an encoded record.
+pub(crate) const HEADER_LEN: usize = 7;
+const TOMBSTONE: u8 = 0;
+const PUT: u8 = 1;
+/// Every how many records of a sorted run a key is sampled; the samples let a
+/// merge split the key space into ranges and start each range mid-run.
+pub(crate) const SAMPLE_EVERY: usize = 4096;
+
+/// Appends one record. Callers have checked the sizes (`kv::check_entry`).
+pub(crate) fn encode_record(out: &mut Vec<u8>, key: &[u8], value: Option<&[u8]>) {
+    let key_len = u16::try_from(key.len()).unwrap_or(u16::MAX);
+    let (kind, value) = match value {
+        Some(v) => (PUT, v),
+        None => (TOMBSTONE, &[][..]),
+    };
+    let value_len = u32::try_from(value.len()).unwrap_or(u32::MAX);
+    out.push(kind);
+    out.extend_from_slice(&key_len.to_le_bytes());
+    out.extend_from_slice(&value_len.to_le_bytes());
+    out.extend_from_slice(&key[..usize::from(key_len).min(key.len())]);
+    out.extend_from_slice(&value[..(value_len as usize).min(value.len())]);
 }
 
-const TOMBSTONE: u32 = u32::MAX;
+/// Where the parts of one encoded record are, relative to its first byte.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct RecordLayout {
+    pub(crate) key_len: usize,
+    /// `None` for a tombstone.
+    pub(crate) value_len: Option<usize>,
+}
 
-/// Records in arrival order, keys and values packed in one allocation so a run
-/// of millions of records costs two vectors, not millions of small ones.
+impl RecordLayout {
+    pub(crate) fn len(&self) -> usize {
+        HEADER_LEN + self.key_len + self.value_len.unwrap_or(0)
+    }
+}
+
+/// What the bytes at the start of a buffer hold.
+#[derive(Debug)]
+pub(crate) enum Decoded {
+    Record(RecordLayout),
+    /// The record needs this many bytes in total; fewer are available.
+    NeedMore(usize),
+    Corrupt(&'static str),
+}
+
+pub(crate) fn decode_record(buf: &[u8]) -> Decoded {
+    let Some(header) = buf.get(..HEADER_LEN) else {
+        return Decoded::NeedMore(HEADER_LEN);
+    };
+    let key_len = usize::from(u16::from_le_bytes([header[1], header[2]]));
+    let value_len = u32::from_le_bytes([header[3], header[4], header[5], header[6]]) as usize;
+    let layout = match header[0] {
+        PUT => RecordLayout {
+            key_len,
+            value_len: Some(value_len),
+        },
+        TOMBSTONE if value_len == 0 => RecordLayout {
+            key_len,
+            value_len: None,
+        },
+        TOMBSTONE => return Decoded::Corrupt("tombstone with a value"),
+        _ => return Decoded::Corrupt("unknown record kind"),
+    };
+    if key_len == 0 {
+        return Decoded::Corrupt("empty key");
+    }
+    if buf.len() < layout.len() {
+        Decoded::NeedMore(layout.len())
+    } else {
+        Decoded::Record(layout)
+    }
+}
+
+/// The first 16 key bytes, zero-padded, as a number: `prefix(a) < prefix(b)`
+/// implies `a < b`, so most comparisons never touch the arena.
+pub(crate) fn key_prefix(key: &[u8]) -> u128 {
+    if let Some(first) = key.first_chunk::<16>() {
+        return u128::from_be_bytes(*first);
+    }
+    let mut bytes = [0u8; 16];
+    let n = key.len().min(16);
+    bytes[..n].copy_from_slice(&key[..n]);
+    u128::from_be_bytes(bytes)
+}
+
+/// One buffered record: its key prefix (split in two words to keep the entry
+/// at 24 bytes) and where it starts in the arena.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct IndexEntry {
+    hi: u64,
+    lo: u64,
+    pos: usize,
+}
+
+impl IndexEntry {
+    fn prefix(&self) -> u128 {
+        (u128::from(self.hi) << 64) | u128::from(self.lo)
+    }
+}
+
+/// Records in arrival order, packed in one arena so a run of millions of
+/// records costs two allocations, not millions.
 #[derive(Debug, Default)]
 pub(crate) struct RunBuilder {
     data: Vec<u8>,
-    slots: Vec<Slot>,
+    index: Vec<IndexEntry>,
 }
 
 impl RunBuilder {
+    /// A builder for runs of about `bytes` (one record may overshoot).
+    pub(crate) fn with_capacity(bytes: usize) -> Self {
+        Self {
+            data: Vec::with_capacity(bytes + (64 << 10)),
+            index: Vec::new(),
+        }
+    }
+
+    /// A builder that reuses the allocations of a previous run.
+    pub(crate) fn recycled(mut data: Vec<u8>, mut index: Vec<IndexEntry>) -> Self {
+        data.clear();
+        index.clear();
+        Self { data, index }
+    }
+
     pub(crate) fn push(&mut self, key: &[u8], value: Option<&[u8]>) {
-        let start = self.data.len();
-        self.data.extend_from_slice(key);
-        let value_len = match value {
-            Some(v) => {
-                self.data.extend_from_slice(v);
-                // Callers reject keys over 64 KiB and values of 4 GiB or more.
-                u32::try_from(v.len()).unwrap_or(TOMBSTONE - 1)
-            }
-            None => TOMBSTONE,
-        };
-        self.slots.push(Slot {
-            start,
-            key_len: u32::try_from(key.len()).unwrap_or(u32::MAX),
-            value_len,
+        let prefix = key_prefix(key);
+        self.index.push(IndexEntry {
+            hi: (prefix >> 64) as u64,
+            lo: prefix as u64,
+            pos: self.data.len(),
         });
+        encode_record(&mut self.data, key, value);
     }
 
     pub(crate) fn data_bytes(&self) -> usize {
         self.data.len()
     }
 
+    pub(crate) fn is_empty(&self) -> bool {
+        self.index.is_empty()
+    }
+
     /// Sorts by key, keeping only the last record of each key (changelog order
-    /// means the last one is the current value).
-    pub(crate) fn seal(self) -> SortedRun {
-        let Self { data, mut slots } = self;
-        let key = |s: &Slot| &data[s.start..s.start + s.key_len as usize];
-        // Stable, so equal keys stay in arrival order and the last is the newest.
-        slots.sort_by(|a, b| key(a).cmp(key(b)));
-        let mut deduped: Vec<Slot> = Vec::with_capacity(slots.len());
-        for slot in slots {
-            match deduped.last_mut() {
-                Some(last) if key(last) == key(&slot) => *last = slot,
-                _ => deduped.push(slot),
+    /// means the last one is the current value), and copies the survivors in
+    /// key order into a new buffer. Returns the run and the emptied arena for reuse.
+    pub(crate) fn seal(self) -> (SortedRun, RunBuilder) {
+        let Self { data, mut index } = self;
+        let key_at = |pos: usize| record_key(&data, pos);
+        // Arrival position breaks ties, so equal keys end up oldest first.
+        index.sort_unstable_by(|a, b| {
+            (a.hi, a.lo)
+                .cmp(&(b.hi, b.lo))
+                .then_with(|| key_at(a.pos).cmp(key_at(b.pos)))
+                .then(a.pos.cmp(&b.pos))
+        });
+        let mut bytes = Vec::with_capacity(data.len());
+        let mut samples = Vec::new();
+        let mut records = 0usize;
+        for (i, entry) in index.iter().enumerate() {
+            if let Some(next) = index.get(i + 1)
+                && next.prefix() == entry.prefix()
+                && key_at(next.pos) == key_at(entry.pos)
+            {
+                continue; // a newer write of the same key follows
             }
+            let Some(record) = record_bytes(&data, entry.pos) else {
+                continue; // cannot happen: the arena holds what `push` encoded
+            };
+            if records.is_multiple_of(SAMPLE_EVERY) {
+                samples.push(Sample {
+                    key: key_at(entry.pos).to_vec(),
+                    offset: bytes.len() as u64,
+                });
+            }
+            bytes.extend_from_slice(record);
+            records += 1;
         }
-        SortedRun {
-            data,
-            slots: deduped,
-        }
+        let run = SortedRun {
+            bytes,
+            samples,
+            records: records as u64,
+        };
+        (run, RunBuilder::recycled(data, index))
     }
 }
 
-/// Strictly ascending keys with their latest value or tombstone.
+fn record_bytes(data: &[u8], pos: usize) -> Option<&[u8]> {
+    let rest = data.get(pos..)?;
+    match decode_record(rest) {
+        Decoded::Record(layout) => rest.get(..layout.len()),
+        _ => None,
+    }
+}
+
+fn record_key(data: &[u8], pos: usize) -> &[u8] {
+    let len = data
+        .get(pos + 1..pos + 3)
+        .map_or(0, |b| usize::from(u16::from_le_bytes([b[0], b[1]])));
+    data.get(pos + HEADER_LEN..pos + HEADER_LEN + len)
+        .unwrap_or_default()
+}
+
+/// A sampled key of a sorted run and the byte offset of its record.
+#[derive(Debug, Clone)]
+pub(crate) struct Sample {
+    pub(crate) key: Vec<u8>,
+    pub(crate) offset: u64,
+}
+
+/// Strictly ascending keys with their latest value or tombstone, encoded.
 #[derive(Debug)]
 pub(crate) struct SortedRun {
-    data: Vec<u8>,
-    slots: Vec<Slot>,
+    pub(crate) bytes: Vec<u8>,
+    /// Every [`SAMPLE_EVERY`]th key, with its offset in `bytes`.
+    pub(crate) samples: Vec<Sample>,
+    pub(crate) records: u64,
 }
 
 impl SortedRun {
-    pub(crate) fn is_empty(&self) -> bool {
-        self.slots.is_empty()
-    }
-
-    pub(crate) fn len(&self) -> usize {
-        self.slots.len()
-    }
-
+    /// The records in key order.
     pub(crate) fn iter(&self) -> impl Iterator<Item = (&[u8], Option<&[u8]>)> + '_ {
-        self.slots.iter().map(|s| {
-            let key_end = s.start + s.key_len as usize;
-            let key = self.data.get(s.start..key_end).unwrap_or_default();
-            let value = (s.value_len != TOMBSTONE).then(|| {
-                self.data
-                    .get(key_end..key_end + s.value_len as usize)
-                    .unwrap_or_default()
-            });
-            (key, value)
+        let mut rest = self.bytes.as_slice();
+        std::iter::from_fn(move || {
+            let Decoded::Record(layout) = decode_record(rest) else {
+                return None; // the end (the bytes were encoded by this process)
+            };
+            let key = rest.get(HEADER_LEN..HEADER_LEN + layout.key_len)?;
+            let value_start = HEADER_LEN + layout.key_len;
+            let value = match layout.value_len {
+                Some(n) => Some(rest.get(value_start..value_start + n)?),
+                None => None,
+            };
+            rest = rest.get(layout.len()..)?;
+            Some((key, value))
         })
     }
 }
@@ -97,6 +249,22 @@ impl SortedRun {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn decode_all(mut bytes: &[u8]) -> Vec<(Vec<u8>, Option<Vec<u8>>)> {
+        let mut out = Vec::new();
+        while !bytes.is_empty() {
+            let Decoded::Record(layout) = decode_record(bytes) else {
+                panic!("bad record");
+            };
+            let key = bytes[HEADER_LEN..HEADER_LEN + layout.key_len].to_vec();
+            let value = layout.value_len.map(|n| {
+                bytes[HEADER_LEN + layout.key_len..HEADER_LEN + layout.key_len + n].to_vec()
+            });
+            out.push((key, value));
+            bytes = &bytes[layout.len()..];
+        }
+        out
+    }
 
     #[test]
     fn seal_sorts_and_keeps_the_last_write_per_key() {
@@ -106,18 +274,58 @@ mod tests {
         b.push(b"b", None);
         b.push(b"c", Some(b"3"));
         b.push(b"a", Some(b"4"));
-        let run = b.seal();
-        let got: Vec<_> = run
-            .iter()
-            .map(|(k, v)| (k.to_vec(), v.map(<[u8]>::to_vec)))
-            .collect();
+        let (run, _) = b.seal();
+        assert_eq!(run.records, 3);
+        assert_eq!(run.iter().count(), 3);
         assert_eq!(
-            got,
+            decode_all(&run.bytes),
             vec![
                 (b"a".to_vec(), Some(b"4".to_vec())),
                 (b"b".to_vec(), None),
                 (b"c".to_vec(), Some(b"3".to_vec())),
             ]
         );
+    }
+
+    #[test]
+    fn keys_sharing_a_long_prefix_or_padding_sort_by_their_bytes() {
+        let mut b = RunBuilder::default();
+        let long_a = b"customer-000000000001".to_vec();
+        let long_b = b"customer-000000000000".to_vec();
+        b.push(&long_a, Some(b"x"));
+        b.push(&long_b, Some(b"y"));
+        b.push(b"ab\0", Some(b"z"));
+        b.push(b"ab", Some(b"w"));
+        let (run, _) = b.seal();
+        let keys: Vec<Vec<u8>> = decode_all(&run.bytes).into_iter().map(|(k, _)| k).collect();
+        assert_eq!(keys, vec![b"ab".to_vec(), b"ab\0".to_vec(), long_b, long_a]);
+    }
+
+    #[test]
+    fn samples_point_at_record_starts() {
+        let mut b = RunBuilder::default();
+        for i in 0..(SAMPLE_EVERY * 2 + 5) as u32 {
+            b.push(&i.to_be_bytes(), Some(&[7u8; 3]));
+        }
+        let (run, _) = b.seal();
+        assert_eq!(run.samples.len(), 3);
+        for s in &run.samples {
+            let rest = &run.bytes[s.offset as usize..];
+            assert!(matches!(decode_record(rest), Decoded::Record(_)));
+            assert_eq!(&rest[HEADER_LEN..HEADER_LEN + 4], s.key.as_slice());
+        }
+    }
+
+    #[test]
+    fn truncated_or_damaged_records_are_reported() {
+        let mut buf = Vec::new();
+        encode_record(&mut buf, b"key", Some(b"value"));
+        assert!(matches!(decode_record(&buf[..3]), Decoded::NeedMore(7)));
+        assert!(matches!(
+            decode_record(&buf[..buf.len() - 1]),
+            Decoded::NeedMore(n) if n == buf.len()
+        ));
+        buf[0] = 9;
+        assert!(matches!(decode_record(&buf), Decoded::Corrupt(_)));
     }
 }

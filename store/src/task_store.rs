@@ -13,6 +13,7 @@ use crate::meta::{
     self, ChangelogPartition, FORMAT, FORMAT_KEY, META_KEYSPACE, MetaEntry, Registration, StoreKind,
 };
 use crate::options::StoreOptions;
+use crate::spill::SPILL_DIR;
 
 /// Sub-directory of a task directory that holds the fjall database.
 pub const DB_DIR: &str = "db";
@@ -213,6 +214,9 @@ impl TaskStore {
         let lock = TaskDirLock::acquire(task_dir)?;
         let db_path = task_dir.join(DB_DIR);
         check_not_foreign(task_dir, &db_path)?;
+        // Spill files of a restore that did not finish; the restore marker
+        // (handled below) discards what it had ingested.
+        remove_dir_if_present(&task_dir.join(SPILL_DIR))?;
 
         let db = Database::builder(&db_path)
             .cache_size(options.cache_bytes)
@@ -415,12 +419,8 @@ impl TaskStore {
         } = inner;
         drop(meta);
         drop(db);
-        let db_path = path.join(DB_DIR);
-        match std::fs::remove_dir_all(&db_path) {
-            Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => return Err(StoreError::io(&db_path, e)),
-        }
+        remove_dir_if_present(&path.join(DB_DIR))?;
+        remove_dir_if_present(&path.join(SPILL_DIR))?;
         tracing::info!(dir = %path.display(), "wiped task store");
         drop(lock);
         Ok(())
@@ -640,6 +640,14 @@ fn load_state(inner: &TaskInner) -> Result<Vec<String>> {
     Ok(restoring)
 }
 
+fn remove_dir_if_present(dir: &Path) -> Result<()> {
+    match std::fs::remove_dir_all(dir) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(StoreError::io(dir, e)),
+    }
+}
+
 /// Refuses directories that hold anything but our lock file and database, so a
 /// mistaken `state.dir` never turns someone else's files into a store.
 fn check_not_foreign(task_dir: &Path, db_path: &Path) -> Result<()> {
@@ -647,7 +655,7 @@ fn check_not_foreign(task_dir: &Path, db_path: &Path) -> Result<()> {
     for entry in entries {
         let entry = entry.map_err(|e| StoreError::io(task_dir, e))?;
         let name = entry.file_name();
-        if name != LOCK_FILE && name != DB_DIR {
+        if name != LOCK_FILE && name != DB_DIR && name != SPILL_DIR {
             return Err(StoreError::ForeignDirectory {
                 path: task_dir.to_path_buf(),
                 reason: format!("unexpected entry {:?}", name),

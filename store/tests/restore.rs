@@ -154,7 +154,7 @@ fn an_interrupted_bulk_restore_is_discarded_at_open_and_reports_unknown() {
         task.key_value_store("kv").unwrap();
         let mut restorer = task.restorer("kv", tp.clone(), 4_000).unwrap();
         apply_in_chunks(&mut restorer, &records);
-        // No finish: sorted runs were ingested, the offset never committed.
+        // No finish: the sorted runs were spilled, nothing was committed.
     }
     let task = TaskStore::open(dir.path(), small_options()).unwrap();
     assert_eq!(task.committed_offset(&tp), CommittedOffset::Unknown);
@@ -165,6 +165,62 @@ fn an_interrupted_bulk_restore_is_discarded_at_open_and_reports_unknown() {
     apply_in_chunks(&mut restorer, &records);
     restorer.finish().unwrap();
     assert_eq!(contents(&task, "kv"), model(&records));
+}
+
+#[test]
+fn a_large_restore_merges_many_spilled_runs_over_parallel_key_ranges() {
+    let dir = common::tempdir();
+    let tp = ChangelogPartition::new("app-kv-changelog", 1);
+    // 150k records over 40k keys: every key is written several times, across
+    // runs, and about one write in seven is a tombstone. 16 KiB runs make
+    // about 220 runs: the first 16 stay in memory, the rest are spilled and
+    // 128 of them merged into one file along the way; three threads merge
+    // key ranges of all runs into the store.
+    let records = changelog(150_000, 40_000, 5);
+    let options = StoreOptions::default()
+        .with_restore_run_bytes(16 << 10)
+        .with_restore_memory_bytes(256 << 10)
+        .with_restore_threads(3);
+    {
+        let task = TaskStore::open(dir.path(), options.clone()).unwrap();
+        task.key_value_store("kv").unwrap();
+        let mut restorer = task.restorer("kv", tp.clone(), 150_000).unwrap();
+        assert_eq!(restorer.path(), RestorePath::SortedRuns);
+        for chunk in records.chunks(10_000) {
+            apply_in_chunks(&mut restorer, chunk);
+        }
+        restorer.finish().unwrap();
+        assert_eq!(contents(&task, "kv"), model(&records));
+        assert!(
+            !dir.path().join("restore-spill").join("kv").exists(),
+            "spill files left behind"
+        );
+    }
+    let task = TaskStore::open(dir.path(), options).unwrap();
+    assert_eq!(task.committed_offset(&tp), CommittedOffset::Known(150_000));
+    assert_eq!(contents(&task, "kv"), model(&records));
+}
+
+#[test]
+fn spill_files_left_by_a_dead_process_are_removed_at_open() {
+    let dir = common::tempdir();
+    let tp = ChangelogPartition::new("c", 0);
+    {
+        let task = TaskStore::open(dir.path(), small_options()).unwrap();
+        task.key_value_store("kv").unwrap();
+        let mut restorer = task.restorer("kv", tp.clone(), 10).unwrap();
+        apply_in_chunks(&mut restorer, &changelog(10, 10, 1));
+        // Dropped unfinished: the marker stays, the spill files go.
+    }
+    let spill = dir.path().join("restore-spill").join("kv");
+    assert!(!spill.exists());
+    // What a SIGKILL would leave: spill files and the marker.
+    std::fs::create_dir_all(&spill).unwrap();
+    std::fs::write(spill.join("run-000001"), b"partial").unwrap();
+    let task = TaskStore::open(dir.path(), small_options()).unwrap();
+    assert!(!dir.path().join("restore-spill").exists());
+    assert_eq!(task.committed_offset(&tp), CommittedOffset::Unknown);
+    assert!(contents(&task, "kv").is_empty());
 }
 
 #[test]
