@@ -182,7 +182,7 @@ impl TaskStore {
             None
         };
         let (jobs, rx) = sync_channel::<Job>(1);
-        let (recycle, recycled) = sync_channel::<RunBuilder>(1);
+        let (recycle, recycled) = sync_channel::<RunBuilder>(2);
         let worker_task = self.clone();
         let worker_store = store.to_owned();
         let worker_partition = partition.clone();
@@ -262,15 +262,8 @@ impl ChangelogRestorer {
                     check_entry(&self.store, record.key, record.value)
                         .map_err(|e| bad(e.to_string()))?;
                     self.run.push(record.key, record.value);
-                    let run_bytes = self.task.inner.options.restore_run_bytes;
-                    if self.run.data_bytes() >= run_bytes {
-                        let fresh = match self.recycled.try_recv() {
-                            Ok(builder) => builder,
-                            Err(TryRecvError::Empty | TryRecvError::Disconnected) => {
-                                RunBuilder::with_capacity(run_bytes)
-                            }
-                        };
-                        let run = std::mem::replace(&mut self.run, fresh);
+                    if self.run.data_bytes() >= self.task.inner.options.restore_run_bytes {
+                        let run = std::mem::take(&mut self.run);
                         self.send_run(run)?;
                     }
                 }
@@ -460,7 +453,16 @@ impl ChangelogRestorer {
             return self.send(Job::Run(run));
         };
         match jobs.try_send(Job::Run(run)) {
-            Ok(()) => Ok(()),
+            Ok(()) => {
+                // Reusing an arena the worker is done with saves page faults.
+                self.run = match self.recycled.try_recv() {
+                    Ok(arena) => arena,
+                    Err(TryRecvError::Empty | TryRecvError::Disconnected) => {
+                        RunBuilder::with_capacity(self.task.inner.options.restore_run_bytes)
+                    }
+                };
+                Ok(())
+            }
             Err(TrySendError::Full(Job::Run(run))) => {
                 let (sorted, arena) = run.seal();
                 self.run = arena;
