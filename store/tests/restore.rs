@@ -202,6 +202,33 @@ fn a_large_restore_merges_many_spilled_runs_over_parallel_key_ranges() {
 }
 
 #[test]
+fn spilled_runs_with_values_larger_than_a_read_chunk_merge_intact() {
+    let dir = common::tempdir();
+    let tp = ChangelogPartition::new("c", 0);
+    // Every run is spilled, and some values are larger than the 64 KiB a
+    // file cursor reads at a time, so records straddle and exceed reads.
+    let records: Vec<Record> = (0..300i64)
+        .map(|i| {
+            let key = format!("key-{:03}", (i * 37) % 120).into_bytes();
+            let len = if i % 10 == 0 { 200_000 } else { 500 + i as usize };
+            let value = (i % 13 != 0).then(|| vec![(i % 251) as u8; len]);
+            (i, key, value)
+        })
+        .collect();
+    let options = StoreOptions::default()
+        .with_restore_run_bytes(256 << 10)
+        .with_restore_memory_bytes(0)
+        .with_restore_threads(2);
+    let task = TaskStore::open(dir.path(), options).unwrap();
+    task.key_value_store("kv").unwrap();
+    let mut restorer = task.restorer("kv", tp.clone(), 300).unwrap();
+    apply_in_chunks(&mut restorer, &records);
+    restorer.finish().unwrap();
+    assert_eq!(contents(&task, "kv"), model(&records));
+    assert_eq!(task.committed_offset(&tp), CommittedOffset::Known(300));
+}
+
+#[test]
 fn spill_files_left_by_a_dead_process_are_removed_at_open() {
     let dir = common::tempdir();
     let tp = ChangelogPartition::new("c", 0);
