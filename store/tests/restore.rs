@@ -210,7 +210,11 @@ fn spilled_runs_with_values_larger_than_a_read_chunk_merge_intact() {
     let records: Vec<Record> = (0..300i64)
         .map(|i| {
             let key = format!("key-{:03}", (i * 37) % 120).into_bytes();
-            let len = if i % 10 == 0 { 200_000 } else { 500 + i as usize };
+            let len = if i % 10 == 0 {
+                200_000
+            } else {
+                500 + i as usize
+            };
             let value = (i % 13 != 0).then(|| vec![(i % 251) as u8; len]);
             (i, key, value)
         })
