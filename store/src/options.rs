@@ -44,7 +44,7 @@ pub struct StoreOptions {
     pub restore_run_bytes: usize,
     /// Bytes of sorted runs an empty-store restore keeps in memory; later runs
     /// are spilled to files in the task directory. Peak memory of such a
-    /// restore is about this plus four times [`StoreOptions::restore_run_bytes`].
+    /// restore is about this plus seven times [`StoreOptions::restore_run_bytes`].
     pub restore_memory_bytes: usize,
     /// Threads that merge the sorted runs of an empty-store restore into the
     /// store, each writing one key range (the calling thread is one of them).
