@@ -76,17 +76,7 @@ async fn a_stable_group_follows_its_coordinator_without_a_rebalance() {
     for who in ["a", "b"] {
         let beats = heartbeats(&tk, who).await;
         let after: Vec<_> = beats.iter().filter(|(at, ..)| *at > moved_at).collect();
-        let generation = journal
-            .entries()
-            .iter()
-            .rev()
-            .find_map(|e| match e {
-                Entry::Assigned {
-                    who: w, generation, ..
-                } if w == who => Some(*generation),
-                _ => None,
-            })
-            .unwrap();
+        let generation = journal.last_generation(who);
         let member_id = after[0].2.clone();
         // At most one heartbeat went to the old broker (NOT_COORDINATOR),
         // then every one to the new coordinator, as the same member of the

@@ -15,7 +15,6 @@ use weir_group::assignor::TopicPartition;
 use weir_group::member::{AssignmentEvent, GroupMember};
 use weir_protocol::ApiKey;
 use weir_protocol::kafka_protocol::messages::RequestKind;
-use weir_testkit::{Intercept, InterceptAction, RequestMatcher};
 
 const LIMIT: Duration = Duration::from_secs(60);
 
@@ -52,29 +51,6 @@ fn static_config() -> weir_group::member::MemberConfig {
     config("g").with_instance_id("a-1")
 }
 
-async fn intercept_once(tk: &weir_testkit::Cluster, api: ApiKey, code: i16) {
-    tk.intercept(
-        Intercept::new(
-            RequestMatcher::api(api).client("a"),
-            InterceptAction::Error(code),
-        )
-        .times(1),
-    )
-    .await
-    .unwrap();
-}
-
-async fn join_member_ids(tk: &weir_testkit::Cluster) -> Vec<String> {
-    requests_of(tk, ApiKey::JoinGroup, "a")
-        .await
-        .into_iter()
-        .filter_map(|(_, b)| match b {
-            RequestKind::JoinGroup(j) => Some(j.member_id.to_string()),
-            _ => None,
-        })
-        .collect()
-}
-
 fn is_lost(e: &Entry) -> bool {
     matches!(e, Entry::Lost { .. })
 }
@@ -91,7 +67,7 @@ async fn fail_during_rebalance(api: ApiKey, code: i16, expected: Reaction) {
         .wait_for(LIMIT, "a owns 2", |e| balanced(e, &["a"], 2))
         .await;
     let seen = journal.entries().len();
-    let joins_before = join_member_ids(&tk).await;
+    let joins_before = join_member_ids(&tk, "a").await;
     let finds_before = requests_of(&tk, ApiKey::FindCoordinator, "a").await.len();
     // A static member gets its id in its first JoinGroup's answer; its
     // heartbeats, one interval (1 s) on, carry it.
@@ -101,8 +77,8 @@ async fn fail_during_rebalance(api: ApiKey, code: i16, expected: Reaction) {
         other => panic!("{other:?}"),
     };
     assert!(!member_id.is_empty());
-    intercept_once(&tk, api, code).await;
-    intercept_once(&tk, ApiKey::Heartbeat, REBALANCE_IN_PROGRESS).await;
+    fail_next(&tk, "a", api, code).await;
+    fail_next(&tk, "a", ApiKey::Heartbeat, REBALANCE_IN_PROGRESS).await;
 
     if expected == Reaction::Fatal {
         journal
@@ -125,9 +101,13 @@ async fn fail_during_rebalance(api: ApiKey, code: i16, expected: Reaction) {
             .position(|x| matches!(x, Entry::Fatal { .. }))
             .unwrap();
         assert!(lost < fatal, "{what}");
-        let joins = join_member_ids(&tk).await.len();
+        let joins = join_member_ids(&tk, "a").await.len();
         tokio::time::sleep(SESSION * 2).await;
-        assert_eq!(join_member_ids(&tk).await.len(), joins, "{what}: no rejoin");
+        assert_eq!(
+            join_member_ids(&tk, "a").await.len(),
+            joins,
+            "{what}: no rejoin"
+        );
         drop(a.stop().await);
         return;
     }
@@ -146,7 +126,7 @@ async fn fail_during_rebalance(api: ApiKey, code: i16, expected: Reaction) {
     let lost = after.iter().any(is_lost);
     let revoked = after.iter().any(|x| matches!(x, Entry::Revoked { .. }));
     assert!(!revoked, "{what}: nothing is revoked");
-    let joins = join_member_ids(&tk).await;
+    let joins = join_member_ids(&tk, "a").await;
     // joins[n] is the rejoin the heartbeat asked for, sent with the member
     // id; joins[n + 1] the one after the error.
     let n = joins_before.len();
@@ -204,9 +184,9 @@ async fn fail_commit(code: i16, expected: Reaction) {
         other => panic!("unexpected {other:?}"),
     }
     let member_id = member.metadata().member_id;
-    let joins_before = join_member_ids(&tk).await.len();
+    let joins_before = join_member_ids(&tk, "a").await.len();
     let finds_before = requests_of(&tk, ApiKey::FindCoordinator, "a").await.len();
-    intercept_once(&tk, ApiKey::OffsetCommit, code).await;
+    fail_next(&tk, "a", ApiKey::OffsetCommit, code).await;
     let result = member.commit(&[(TopicPartition::new(TOPIC, 0), 3)]).await;
     if expected == Reaction::Keep {
         // Retried at the coordinator found again; the membership is
@@ -218,7 +198,11 @@ async fn fail_commit(code: i16, expected: Reaction) {
         );
         let event = tokio::time::timeout(SESSION * 2, member.next_event()).await;
         assert!(event.is_err(), "{what}: no event, got {event:?}");
-        assert_eq!(join_member_ids(&tk).await.len(), joins_before, "{what}");
+        assert_eq!(
+            join_member_ids(&tk, "a").await.len(),
+            joins_before,
+            "{what}"
+        );
         return;
     }
     let err = result.unwrap_err();
@@ -247,7 +231,7 @@ async fn fail_commit(code: i16, expected: Reaction) {
         matches!(&assigned, AssignmentEvent::Assigned(p) if p.len() == 2),
         "{what}: {assigned:?}"
     );
-    let joins = join_member_ids(&tk).await;
+    let joins = join_member_ids(&tk, "a").await;
     let rejoined_with = &joins[joins_before];
     match expected {
         Reaction::LoseAndForgetId => assert_eq!(rejoined_with, "", "{what}"),

@@ -34,27 +34,8 @@ async fn stable_then_fail(
     journal
         .wait_for(LIMIT, "a owns 2", |e| balanced(e, &["a"], 2))
         .await;
-    tk.intercept(
-        Intercept::new(
-            RequestMatcher::api(api).client("a"),
-            InterceptAction::Error(code),
-        )
-        .times(1),
-    )
-    .await
-    .unwrap();
+    fail_next(&tk, "a", api, code).await;
     (tk, journal, a)
-}
-
-async fn join_member_ids(tk: &weir_testkit::Cluster) -> Vec<String> {
-    requests_of(tk, ApiKey::JoinGroup, "a")
-        .await
-        .into_iter()
-        .filter_map(|(_, b)| match b {
-            RequestKind::JoinGroup(j) => Some(j.member_id.to_string()),
-            _ => None,
-        })
-        .collect()
 }
 
 fn count(entries: &[Entry], f: impl Fn(&Entry) -> bool) -> usize {
@@ -64,14 +45,14 @@ fn count(entries: &[Entry], f: impl Fn(&Entry) -> bool) -> usize {
 #[tokio::test(start_paused = true)]
 async fn unknown_member_id_loses_the_partitions_and_rejoins_as_new() {
     let (tk, journal, a) = stable_then_fail(ApiKey::Heartbeat, 25).await;
-    let joins_before = join_member_ids(&tk).await.len();
+    let joins_before = join_member_ids(&tk, "a").await.len();
     journal
         .wait_for(LIMIT, "lost then assigned again", |e| {
             let lost = e.iter().position(|x| matches!(x, Entry::Lost { .. }));
             lost.is_some_and(|i| balanced(&e[i..], &["a"], 2))
         })
         .await;
-    let ids = join_member_ids(&tk).await;
+    let ids = join_member_ids(&tk, "a").await;
     assert_eq!(ids[joins_before], "", "the member id was forgotten");
     drop(a.stop().await);
 }
@@ -79,7 +60,7 @@ async fn unknown_member_id_loses_the_partitions_and_rejoins_as_new() {
 #[tokio::test(start_paused = true)]
 async fn illegal_generation_loses_the_partitions_and_keeps_the_member_id() {
     let (tk, journal, a) = stable_then_fail(ApiKey::Heartbeat, 22).await;
-    let joins_before = join_member_ids(&tk).await.len();
+    let joins_before = join_member_ids(&tk, "a").await.len();
     journal
         .wait_for(LIMIT, "lost then assigned again", |e| {
             let lost = e.iter().position(|x| matches!(x, Entry::Lost { .. }));
@@ -94,7 +75,7 @@ async fn illegal_generation_loses_the_partitions_and_keeps_the_member_id() {
     };
     assert!(!member_id.is_empty());
     assert_eq!(
-        join_member_ids(&tk).await[joins_before],
+        join_member_ids(&tk, "a").await[joins_before],
         member_id,
         "the member id was kept"
     );
@@ -104,14 +85,14 @@ async fn illegal_generation_loses_the_partitions_and_keeps_the_member_id() {
 #[tokio::test(start_paused = true)]
 async fn rebalance_in_progress_rejoins_without_losing_anything() {
     let (tk, journal, a) = stable_then_fail(ApiKey::Heartbeat, 27).await;
-    let joins_before = join_member_ids(&tk).await.len();
+    let joins_before = join_member_ids(&tk, "a").await.len();
     journal
         .wait_for(LIMIT, "assigned again", |e| {
             count(e, |x| matches!(x, Entry::Assigned { .. })) >= 2
         })
         .await;
     assert!(
-        join_member_ids(&tk).await.len() > joins_before,
+        join_member_ids(&tk, "a").await.len() > joins_before,
         "it rejoined"
     );
     let entries = journal.entries();
@@ -149,7 +130,7 @@ async fn a_commit_that_gets_rebalance_in_progress_fails_and_the_member_rejoins()
     )
     .await
     .unwrap();
-    let joins_before = join_member_ids(&tk).await.len();
+    let joins_before = join_member_ids(&tk, "a").await.len();
     let err = member.commit(&offsets).await.unwrap_err();
     assert!(
         matches!(err, GroupError::Coordinator { code: 27, .. }),
@@ -164,7 +145,7 @@ async fn a_commit_that_gets_rebalance_in_progress_fails_and_the_member_rejoins()
         matches!(event, weir_group::member::AssignmentEvent::Assigned(_)),
         "{event:?}"
     );
-    assert!(join_member_ids(&tk).await.len() > joins_before);
+    assert!(join_member_ids(&tk, "a").await.len() > joins_before);
     // Committed with the group metadata: generation and member id.
     let commits = requests_of(&tk, ApiKey::OffsetCommit, "a").await;
     assert!(commits.iter().all(|(_, b)| matches!(b, RequestKind::OffsetCommit(c) if c.generation_id_or_member_epoch > 0 && !c.member_id.is_empty())));
@@ -205,10 +186,10 @@ async fn fenced_instance_id_is_fatal() {
         .position(|x| matches!(x, Entry::Fatal { .. }))
         .unwrap();
     assert!(lost < fatal);
-    let joins = join_member_ids(&tk).await.len();
+    let joins = join_member_ids(&tk, "a").await.len();
     tokio::time::sleep(Duration::from_secs(30)).await;
     assert_eq!(
-        join_member_ids(&tk).await.len(),
+        join_member_ids(&tk, "a").await.len(),
         joins,
         "a fenced member never rejoins"
     );
@@ -220,14 +201,14 @@ async fn a_moved_coordinator_is_found_again_without_a_rebalance() {
     for code in [16, 15] {
         let (tk, journal, a) = stable_then_fail(ApiKey::Heartbeat, code).await;
         let finds = requests_of(&tk, ApiKey::FindCoordinator, "a").await.len();
-        let joins = join_member_ids(&tk).await.len();
+        let joins = join_member_ids(&tk, "a").await.len();
         tokio::time::sleep(Duration::from_secs(15)).await;
         assert!(
             requests_of(&tk, ApiKey::FindCoordinator, "a").await.len() > finds,
             "code {code}: rediscovered"
         );
         assert_eq!(
-            join_member_ids(&tk).await.len(),
+            join_member_ids(&tk, "a").await.len(),
             joins,
             "code {code}: no rejoin"
         );

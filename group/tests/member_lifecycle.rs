@@ -158,7 +158,7 @@ async fn a_static_member_restarts_without_a_rebalance() {
     journal
         .wait_for(LIMIT, "split", |e| balanced(e, &["a", "b"], 4))
         .await;
-    let generation = a_generation(&journal, "b");
+    let generation = journal.last_generation("b");
     let before = journal.owners()["a"].clone();
     a.stop().await.close(ShutdownMode::Default).await;
     assert!(
@@ -213,20 +213,6 @@ async fn a_static_member_restarts_without_a_rebalance() {
             .all(|e| e.who() != "b" || matches!(e, Entry::Write { .. }))
     );
     drop((a2.stop().await, b.stop().await));
-}
-
-fn a_generation(journal: &Journal, who: &str) -> i32 {
-    journal
-        .entries()
-        .iter()
-        .rev()
-        .find_map(|e| match e {
-            Entry::Assigned {
-                who: w, generation, ..
-            } if w == who => Some(*generation),
-            _ => None,
-        })
-        .unwrap()
 }
 
 #[tokio::test(start_paused = true)]

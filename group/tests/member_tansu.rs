@@ -100,19 +100,6 @@ fn revoked_by(entries: &[Entry], who: &str) -> Vec<Vec<TopicPartition>> {
         .collect()
 }
 
-fn last_generation(entries: &[Entry], who: &str) -> i32 {
-    entries
-        .iter()
-        .rev()
-        .find_map(|e| match e {
-            Entry::Assigned {
-                who: w, generation, ..
-            } if w == who => Some(*generation),
-            _ => None,
-        })
-        .unwrap()
-}
-
 /// An application on a runtime of its own, so that it can crash: shutting
 /// the runtime down drops its tasks and sockets with no LeaveGroup sent.
 struct Crashable {
@@ -246,7 +233,7 @@ async fn tansu_static_member_restarts_without_a_rebalance() {
         .wait_for(LIMIT, "split", |e| split(e, &t, &["a", "c"]))
         .await;
     let before = journal.owners()["a"].clone();
-    let generation = last_generation(&journal.entries(), "c");
+    let generation = journal.last_generation("c");
     a.shut_down(ShutdownMode::Default).await;
     let seen = journal.entries().len();
     let a2 = App::start(&b, "a2", config(&t).with_instance_id("a-1"), &journal).await;

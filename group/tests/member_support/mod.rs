@@ -99,6 +99,20 @@ impl Journal {
         self.entries.lock().unwrap().clone()
     }
 
+    /// The generation of `who`'s latest assignment.
+    pub fn last_generation(&self, who: &str) -> i32 {
+        self.entries()
+            .iter()
+            .rev()
+            .find_map(|e| match e {
+                Entry::Assigned {
+                    who: w, generation, ..
+                } if w == who => Some(*generation),
+                _ => None,
+            })
+            .unwrap()
+    }
+
     /// Waits (on tokio's clock, at most `limit`) until `pred` holds.
     pub async fn wait_for(&self, limit: Duration, what: &str, pred: impl Fn(&[Entry]) -> bool) {
         let mut rx = self.changed.subscribe();
@@ -362,4 +376,29 @@ pub async fn requests_of(
         .filter(|r| r.api_key == api && r.client_id.as_deref() == Some(client))
         .map(|r| (r.at, r.body))
         .collect()
+}
+
+/// The member ids `client`'s JoinGroups carried, in order.
+pub async fn join_member_ids(tk: &weir_testkit::Cluster, client: &str) -> Vec<String> {
+    requests_of(tk, ApiKey::JoinGroup, client)
+        .await
+        .into_iter()
+        .filter_map(|(_, b)| match b {
+            RequestKind::JoinGroup(j) => Some(j.member_id.to_string()),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Makes `client`'s next `api` request fail with `code`.
+pub async fn fail_next(tk: &weir_testkit::Cluster, client: &str, api: ApiKey, code: i16) {
+    tk.intercept(
+        weir_testkit::Intercept::new(
+            weir_testkit::RequestMatcher::api(api).client(client),
+            weir_testkit::InterceptAction::Error(code),
+        )
+        .times(1),
+    )
+    .await
+    .unwrap();
 }
