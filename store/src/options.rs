@@ -30,6 +30,9 @@ impl Durability {
     }
 }
 
+/// fjall refuses (panics on) a journal limit below 64 MiB.
+const MIN_JOURNAL_BYTES: u64 = 64 << 20;
+
 /// Options for [`TaskStore::open`](crate::TaskStore::open).
 #[derive(Debug, Clone)]
 #[non_exhaustive]
@@ -56,6 +59,13 @@ pub struct StoreOptions {
     /// `None`). Smaller memtables flush sooner, which bounds the journal that
     /// must be replayed when a task's store is reopened.
     pub memtable_bytes: Option<u64>,
+    /// The most journal fjall keeps before it flushes the memtables that hold
+    /// the oldest journal back. A store reopened after a crash replays up to
+    /// this much (plus the active journal, up to 64 MB), so it bounds
+    /// restart time. Default and minimum (fjall's): 64 MiB; fjall's own
+    /// default, 512 MiB, made a reopen after 100,000 commits take 2.4 to
+    /// 3.6 s instead of 1.3 to 1.4 s (`store_reopen` bench).
+    pub max_journal_bytes: u64,
 }
 
 impl Default for StoreOptions {
@@ -70,6 +80,7 @@ impl Default for StoreOptions {
                 .min(4),
             cache_bytes: 32 << 20,
             memtable_bytes: None,
+            max_journal_bytes: MIN_JOURNAL_BYTES,
         }
     }
 }
@@ -93,6 +104,14 @@ impl StoreOptions {
     #[must_use]
     pub fn with_memtable_bytes(mut self, bytes: u64) -> Self {
         self.memtable_bytes = Some(bytes.max(64 << 10));
+        self
+    }
+
+    /// Sets [`StoreOptions::max_journal_bytes`] (at least 64 MiB, fjall's
+    /// minimum).
+    #[must_use]
+    pub fn with_max_journal_bytes(mut self, bytes: u64) -> Self {
+        self.max_journal_bytes = bytes.max(MIN_JOURNAL_BYTES);
         self
     }
 

@@ -220,6 +220,8 @@ impl TaskStore {
 
         let db = Database::builder(&db_path)
             .cache_size(options.cache_bytes)
+            // Clamped again: the field is public, and fjall panics below 64 MiB.
+            .max_journaling_size(options.max_journal_bytes.max(64 << 20))
             .open()
             .map_err(|e| StoreError::engine(task_dir, "opening the database", e))?;
 
