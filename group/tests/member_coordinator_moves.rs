@@ -59,9 +59,7 @@ async fn a_stable_group_follows_its_coordinator_without_a_rebalance() {
     let journal = Journal::default();
     let a = App::start(&tk.bootstrap(), "a", config("g"), &journal).await;
     let b = App::start(&tk.bootstrap(), "b", config("g"), &journal).await;
-    journal
-        .wait_for(LIMIT, "split", |e| balanced(e, &["a", "b"], 4))
-        .await;
+    journal.wait_balanced(&["a", "b"], 4).await;
     let owners_before = journal.owners();
     let events_before = journal.non_writes().len();
     let joins_before = requests_of(&tk, ApiKey::JoinGroup, "a").await.len()
@@ -129,9 +127,7 @@ async fn a_rebalance_caught_by_a_coordinator_move_completes() {
     let tk = three_brokers(4).await;
     let journal = Journal::default();
     let a = App::start(&tk.bootstrap(), "a", config("g"), &journal).await;
-    journal
-        .wait_for(LIMIT, "a owns 4", |e| balanced(e, &["a"], 4))
-        .await;
+    journal.wait_balanced(&["a"], 4).await;
     // The next SyncGroups are held for a second: the coordinator moves
     // after the JoinGroups were answered and before the SyncGroups are.
     tk.intercept(
@@ -150,9 +146,7 @@ async fn a_rebalance_caught_by_a_coordinator_move_completes() {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     let (_, to) = move_coordinator(&tk, "g").await;
-    journal
-        .wait_for(LIMIT, "a and b split", |e| balanced(e, &["a", "b"], 4))
-        .await;
+    journal.wait_balanced(&["a", "b"], 4).await;
     assert_never_two_owners(&journal.entries());
     // The rebalance finished at the new coordinator.
     let last_sync = tk

@@ -63,9 +63,7 @@ async fn fail_during_rebalance(api: ApiKey, code: i16, expected: Reaction) {
     let tk = testkit(2).await;
     let journal = Journal::default();
     let a = App::start(&tk.bootstrap(), "a", static_config(), &journal).await;
-    journal
-        .wait_for(LIMIT, "a owns 2", |e| balanced(e, &["a"], 2))
-        .await;
+    journal.wait_balanced(&["a"], 2).await;
     let seen = journal.entries().len();
     let joins_before = join_member_ids(&tk, "a").await;
     let finds_before = requests_of(&tk, ApiKey::FindCoordinator, "a").await.len();

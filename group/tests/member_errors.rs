@@ -31,9 +31,7 @@ async fn stable_then_fail(
         &journal,
     )
     .await;
-    journal
-        .wait_for(LIMIT, "a owns 2", |e| balanced(e, &["a"], 2))
-        .await;
+    journal.wait_balanced(&["a"], 2).await;
     fail_next(&tk, "a", api, code).await;
     (tk, journal, a)
 }
@@ -246,9 +244,7 @@ async fn join_errors_from_a_moving_coordinator_are_retried() {
     .unwrap();
     let journal = Journal::default();
     let a = App::start(&tk.bootstrap(), "a", config("g"), &journal).await;
-    journal
-        .wait_for(LIMIT, "a owns 2", |e| balanced(e, &["a"], 2))
-        .await;
+    journal.wait_balanced(&["a"], 2).await;
     assert!(requests_of(&tk, ApiKey::FindCoordinator, "a").await.len() >= 3);
     drop(a.stop().await);
 }

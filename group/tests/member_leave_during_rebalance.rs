@@ -23,9 +23,7 @@ async fn a_planned_shutdown_during_a_rebalance_leaves_at_once() {
     let journal = Journal::default();
     let a = App::start(&tk.bootstrap(), "a", config("g"), &journal).await;
     let b = App::start(&tk.bootstrap(), "b", config("g"), &journal).await;
-    journal
-        .wait_for(LIMIT, "split", |e| balanced(e, &["a", "b"], 4))
-        .await;
+    journal.wait_balanced(&["a", "b"], 4).await;
     // b's JoinGroup takes 6 s to arrive (within b's session, so the
     // coordinator waits for it): the coordinator holds a's meanwhile.
     let slow = Duration::from_secs(6);
@@ -60,9 +58,7 @@ async fn a_planned_shutdown_during_a_rebalance_leaves_at_once() {
         closed_in < Duration::from_secs(1),
         "close took {closed_in:?}"
     );
-    journal
-        .wait_for(LIMIT, "b and c split", |e| balanced(e, &["b", "c"], 4))
-        .await;
+    journal.wait_balanced(&["b", "c"], 4).await;
     assert_never_two_owners(&journal.entries());
     drop((b.stop().await, c.stop().await));
 }

@@ -23,13 +23,9 @@ async fn two_members_join_and_split_the_partitions() {
     let tk = testkit(6).await;
     let journal = Journal::default();
     let a = App::start(&tk.bootstrap(), "a", config("g"), &journal).await;
-    journal
-        .wait_for(LIMIT, "a owns everything", |e| balanced(e, &["a"], 6))
-        .await;
+    journal.wait_balanced(&["a"], 6).await;
     let b = App::start(&tk.bootstrap(), "b", config("g"), &journal).await;
-    journal
-        .wait_for(LIMIT, "a and b split 6", |e| balanced(e, &["a", "b"], 6))
-        .await;
+    journal.wait_balanced(&["a", "b"], 6).await;
     let entries = journal.entries();
     assert_never_two_owners(&entries);
     // Cooperative: a gave back only what moved, and nothing was lost.
@@ -68,13 +64,9 @@ async fn eager_members_revoke_everything_before_rejoining() {
     let journal = Journal::default();
     let range = || config("g").with_assignors([Assignor::Range]);
     let a = App::start(&tk.bootstrap(), "a", range(), &journal).await;
-    journal
-        .wait_for(LIMIT, "a owns 4", |e| balanced(e, &["a"], 4))
-        .await;
+    journal.wait_balanced(&["a"], 4).await;
     let b = App::start(&tk.bootstrap(), "b", range(), &journal).await;
-    journal
-        .wait_for(LIMIT, "split", |e| balanced(e, &["a", "b"], 4))
-        .await;
+    journal.wait_balanced(&["a", "b"], 4).await;
     let entries = journal.entries();
     assert_never_two_owners(&entries);
     assert!(entries.iter().any(|e| matches!(e, Entry::Revoked { who, partitions, .. } if who == "a" && partitions.len() == 4)));
@@ -87,15 +79,11 @@ async fn a_leaving_member_hands_over_at_once() {
     let journal = Journal::default();
     let a = App::start(&tk.bootstrap(), "a", config("g"), &journal).await;
     let b = App::start(&tk.bootstrap(), "b", config("g"), &journal).await;
-    journal
-        .wait_for(LIMIT, "split", |e| balanced(e, &["a", "b"], 4))
-        .await;
+    journal.wait_balanced(&["a", "b"], 4).await;
     let left_at = Instant::now();
     a.stop().await.close(ShutdownMode::Default).await;
     assert_eq!(requests_of(&tk, ApiKey::LeaveGroup, "a").await.len(), 1);
-    journal
-        .wait_for(LIMIT, "b owns 4", |e| balanced(e, &["b"], 4))
-        .await;
+    journal.wait_balanced(&["b"], 4).await;
     assert!(
         left_at.elapsed() < SESSION / 2,
         "no session timeout was waited for"
@@ -109,9 +97,7 @@ async fn a_crashed_member_is_replaced_after_the_session_timeout() {
     let journal = Journal::default();
     let a = App::start(&tk.bootstrap(), "a", config("g"), &journal).await;
     let b = App::start(&tk.bootstrap(), "b", config("g"), &journal).await;
-    journal
-        .wait_for(LIMIT, "split", |e| balanced(e, &["a", "b"], 4))
-        .await;
+    journal.wait_balanced(&["a", "b"], 4).await;
     // A crash: a's process is gone, so nothing more from it reaches the broker.
     tk.partition_client(
         ClientSelector::ClientId("a".into()),
@@ -121,9 +107,7 @@ async fn a_crashed_member_is_replaced_after_the_session_timeout() {
     .unwrap();
     let crashed_at = Instant::now();
     let member = a.stop().await;
-    journal
-        .wait_for(LIMIT, "b owns 4", |e| balanced(e, &["b"], 4))
-        .await;
+    journal.wait_balanced(&["b"], 4).await;
     let took = crashed_at.elapsed();
     assert!(
         took >= SESSION - Duration::from_secs(1),
@@ -155,9 +139,7 @@ async fn a_static_member_restarts_without_a_rebalance() {
         &journal,
     )
     .await;
-    journal
-        .wait_for(LIMIT, "split", |e| balanced(e, &["a", "b"], 4))
-        .await;
+    journal.wait_balanced(&["a", "b"], 4).await;
     let generation = journal.last_generation("b");
     let before = journal.owners()["a"].clone();
     a.stop().await.close(ShutdownMode::Default).await;
@@ -233,15 +215,11 @@ async fn a_planned_shutdown_of_a_static_member_leaves_at_once() {
         &journal,
     )
     .await;
-    journal
-        .wait_for(LIMIT, "split", |e| balanced(e, &["a", "b"], 4))
-        .await;
+    journal.wait_balanced(&["a", "b"], 4).await;
     let started = Instant::now();
     a.stop().await.close(ShutdownMode::Planned).await;
     assert_eq!(requests_of(&tk, ApiKey::LeaveGroup, "a").await.len(), 1);
-    journal
-        .wait_for(LIMIT, "b owns 4", |e| balanced(e, &["b"], 4))
-        .await;
+    journal.wait_balanced(&["b"], 4).await;
     assert!(started.elapsed() < SESSION / 2);
     drop(b.stop().await);
 }
@@ -251,9 +229,7 @@ async fn a_member_not_polled_within_max_poll_interval_leaves() {
     let tk = testkit(2).await;
     let journal = Journal::default();
     let b = App::start(&tk.bootstrap(), "b", config("g"), &journal).await;
-    journal
-        .wait_for(LIMIT, "b owns 2", |e| balanced(e, &["b"], 2))
-        .await;
+    journal.wait_balanced(&["b"], 2).await;
     let cluster = client(&tk.bootstrap(), "a").await;
     let mut idle = weir_group::member::GroupMember::start(
         cluster.clone(),
@@ -269,9 +245,7 @@ async fn a_member_not_polled_within_max_poll_interval_leaves() {
         }
     }
     let stopped_polling = Instant::now();
-    journal
-        .wait_for(LIMIT, "b owns 2 again", |e| balanced(e, &["b"], 2))
-        .await;
+    journal.wait_balanced(&["b"], 2).await;
     let leaves = requests_of(&tk, ApiKey::LeaveGroup, "a").await;
     assert_eq!(leaves.len(), 1);
     let waited = leaves[0].0 - stopped_polling;

@@ -104,45 +104,21 @@ mod tests {
 
     #[test]
     fn kafka_codes_sort_into_the_three_classes() {
-        assert_eq!(
-            class_of(codes::PRODUCER_FENCED),
-            TransactionErrorClass::Fatal
-        );
-        assert_eq!(
-            class_of(codes::INVALID_PRODUCER_EPOCH),
-            TransactionErrorClass::Fatal
-        );
-        assert_eq!(
-            class_of(codes::TRANSACTION_COORDINATOR_FENCED),
-            TransactionErrorClass::Fatal
-        );
-        assert_eq!(
-            class_of(codes::TRANSACTION_ABORTABLE),
-            TransactionErrorClass::Abortable
-        );
-        assert_eq!(
-            class_of(codes::ILLEGAL_GENERATION),
-            TransactionErrorClass::Abortable
-        );
-        assert_eq!(
-            class_of(codes::UNKNOWN_MEMBER_ID),
-            TransactionErrorClass::Abortable
-        );
-        assert_eq!(
-            class_of(codes::FENCED_INSTANCE_ID),
-            TransactionErrorClass::Abortable
-        );
-        assert_eq!(
-            class_of(codes::CONCURRENT_TRANSACTIONS),
-            TransactionErrorClass::Retriable
-        );
-        assert_eq!(
-            class_of(codes::COORDINATOR_LOAD_IN_PROGRESS),
-            TransactionErrorClass::Retriable
-        );
-        assert_eq!(
-            class_of(codes::NOT_COORDINATOR),
-            TransactionErrorClass::Retriable
-        );
+        use TransactionErrorClass::{Abortable, Fatal, Retriable};
+        let table = [
+            (codes::PRODUCER_FENCED, Fatal),
+            (codes::INVALID_PRODUCER_EPOCH, Fatal),
+            (codes::TRANSACTION_COORDINATOR_FENCED, Fatal),
+            (codes::TRANSACTION_ABORTABLE, Abortable),
+            (codes::ILLEGAL_GENERATION, Abortable),
+            (codes::UNKNOWN_MEMBER_ID, Abortable),
+            (codes::FENCED_INSTANCE_ID, Abortable),
+            (codes::CONCURRENT_TRANSACTIONS, Retriable),
+            (codes::COORDINATOR_LOAD_IN_PROGRESS, Retriable),
+            (codes::NOT_COORDINATOR, Retriable),
+        ];
+        for (code, class) in table {
+            assert_eq!(class_of(code), class, "code {code}");
+        }
     }
 }

@@ -113,6 +113,14 @@ impl Journal {
             .unwrap()
     }
 
+    /// Waits (on tokio's clock, at most a minute) until `members` own the
+    /// `n` partitions between them, balanced (see [`balanced`]).
+    pub async fn wait_balanced(&self, members: &[&str], n: i32) {
+        let what = format!("{members:?} own {n} partitions, balanced");
+        self.wait_for(Duration::from_secs(60), &what, |e| balanced(e, members, n))
+            .await;
+    }
+
     /// Waits (on tokio's clock, at most `limit`) until `pred` holds.
     pub async fn wait_for(&self, limit: Duration, what: &str, pred: impl Fn(&[Entry]) -> bool) {
         let mut rx = self.changed.subscribe();
