@@ -112,11 +112,7 @@ fn a_retried_produce_whose_response_was_lost_is_written_once() {
     else {
         return;
     };
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt = runtime();
     let cluster = rt.block_on(async {
         let cluster = Cluster::builder().build().await.unwrap();
         cluster
@@ -206,11 +202,7 @@ fn a_leader_move_mid_produce_is_followed_without_loss_or_duplicates() {
     else {
         return;
     };
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt = runtime();
     let cluster = rt.block_on(async {
         let cluster = Cluster::builder().brokers(3).build().await.unwrap();
         cluster
@@ -295,11 +287,7 @@ fn a_consumer_follows_a_leader_move_and_reads_everything_once() {
     else {
         return;
     };
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt = runtime();
     let cluster = rt.block_on(async {
         let cluster = Cluster::builder().brokers(2).build().await.unwrap();
         cluster
@@ -387,4 +375,14 @@ fn a_consumer_follows_a_leader_move_and_reads_everything_once() {
         Some(&1),
         "the consumer fetched from the new leader"
     );
+}
+
+/// A runtime for the cluster while librdkafka runs in a child process: the
+/// cluster keeps serving on its worker threads while the test blocks.
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
 }

@@ -13,12 +13,8 @@ use weir_protocol::kafka_protocol::messages::fetch_response::{
 use weir_protocol::kafka_protocol::messages::list_offsets_response::{
     ListOffsetsPartitionResponse, ListOffsetsTopicResponse,
 };
-use weir_protocol::kafka_protocol::messages::metadata_response::{
-    MetadataResponseBroker, MetadataResponsePartition, MetadataResponseTopic,
-};
 use weir_protocol::kafka_protocol::messages::{
-    BrokerId as WireId, FetchResponse, ListOffsetsResponse, MetadataResponse, ProducerId,
-    RequestKind, ResponseKind, TopicName,
+    FetchResponse, ListOffsetsResponse, ProducerId, RequestKind, ResponseKind, TopicName,
 };
 use weir_protocol::kafka_protocol::protocol::StrBytes;
 use weir_protocol::records::{
@@ -28,7 +24,7 @@ use weir_protocol::records::{
 use super::*;
 use crate::config::ClientConfig;
 use crate::config::consumer::IsolationLevel;
-use crate::fake_broker::{Handler, Reply, spawn_broker};
+use crate::fake_broker::{Handler, Reply, single_broker_metadata, spawn_broker};
 use crate::kerror::codes;
 
 /// One Fetch as the fake saw it.
@@ -75,28 +71,7 @@ impl Fake {
     fn metadata(&self, port: u16) -> ResponseKind {
         let mut ids: Vec<i32> = self.partitions.keys().copied().collect();
         ids.sort_unstable();
-        ResponseKind::Metadata(
-            MetadataResponse::default()
-                .with_brokers(vec![
-                    MetadataResponseBroker::default()
-                        .with_node_id(WireId(1))
-                        .with_host(StrBytes::from_static_str("127.0.0.1"))
-                        .with_port(i32::from(port)),
-                ])
-                .with_topics(vec![
-                    MetadataResponseTopic::default()
-                        .with_name(Some(name("t")))
-                        .with_partitions(
-                            ids.into_iter()
-                                .map(|p| {
-                                    MetadataResponsePartition::default()
-                                        .with_partition_index(p)
-                                        .with_leader_id(WireId(1))
-                                })
-                                .collect(),
-                        ),
-                ]),
-        )
+        single_broker_metadata(port, "t", &ids)
     }
 
     fn handle(&mut self, port: u16, req: &DecodedRequest) -> Option<Reply> {

@@ -7,22 +7,18 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use weir_protocol::api::DecodedRequest;
-use weir_protocol::kafka_protocol::messages::metadata_response::{
-    MetadataResponseBroker, MetadataResponsePartition, MetadataResponseTopic,
-};
 use weir_protocol::kafka_protocol::messages::produce_response::{
     PartitionProduceResponse, TopicProduceResponse,
 };
 use weir_protocol::kafka_protocol::messages::{
-    BrokerId as WireId, InitProducerIdResponse, MetadataResponse, ProduceResponse, ProducerId,
-    RequestKind, ResponseKind, TopicName,
+    InitProducerIdResponse, ProduceResponse, ProducerId, RequestKind, ResponseKind, TopicName,
 };
 use weir_protocol::kafka_protocol::protocol::StrBytes;
 use weir_protocol::records::{DecodeOptions, decode_batches};
 
 use super::*;
 use crate::config::ClientConfig;
-use crate::fake_broker::{Handler, Reply, spawn_broker};
+use crate::fake_broker::{Handler, Reply, single_broker_metadata, spawn_broker};
 use crate::kerror::codes;
 
 /// What the fake does with the n-th Produce request (counting from 0).
@@ -56,25 +52,7 @@ struct FakeCluster {
 }
 
 fn metadata(port: u16) -> ResponseKind {
-    ResponseKind::Metadata(
-        MetadataResponse::default()
-            .with_controller_id(WireId(1))
-            .with_brokers(vec![
-                MetadataResponseBroker::default()
-                    .with_node_id(WireId(1))
-                    .with_host(StrBytes::from_static_str("127.0.0.1"))
-                    .with_port(i32::from(port)),
-            ])
-            .with_topics(vec![
-                MetadataResponseTopic::default()
-                    .with_name(Some(TopicName(StrBytes::from_static_str("t"))))
-                    .with_partitions(vec![
-                        MetadataResponsePartition::default()
-                            .with_partition_index(0)
-                            .with_leader_id(WireId(1)),
-                    ]),
-            ]),
-    )
+    single_broker_metadata(port, "t", &[0])
 }
 
 fn produce_answer(code: i16, base_offset: i64) -> Option<Reply> {

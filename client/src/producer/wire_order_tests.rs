@@ -11,22 +11,18 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use weir_protocol::kafka_protocol::messages::metadata_response::{
-    MetadataResponseBroker, MetadataResponsePartition, MetadataResponseTopic,
-};
 use weir_protocol::kafka_protocol::messages::produce_response::{
     PartitionProduceResponse, TopicProduceResponse,
 };
 use weir_protocol::kafka_protocol::messages::{
-    BrokerId as WireId, InitProducerIdResponse, MetadataResponse, ProduceResponse, ProducerId,
-    RequestKind, ResponseKind, TopicName,
+    InitProducerIdResponse, ProduceResponse, ProducerId, RequestKind, ResponseKind, TopicName,
 };
 use weir_protocol::kafka_protocol::protocol::StrBytes;
 use weir_protocol::records::BatchHeader;
 
 use super::*;
 use crate::config::ClientConfig;
-use crate::fake_broker::{Handler, Reply, spawn_broker};
+use crate::fake_broker::{Handler, Reply, single_broker_metadata, spawn_broker};
 use crate::kerror::codes;
 
 /// The broker's view: the next expected sequence, the offsets written, and
@@ -40,24 +36,7 @@ struct StrictLog {
 }
 
 fn metadata(port: u16) -> ResponseKind {
-    ResponseKind::Metadata(
-        MetadataResponse::default()
-            .with_brokers(vec![
-                MetadataResponseBroker::default()
-                    .with_node_id(WireId(1))
-                    .with_host(StrBytes::from_static_str("127.0.0.1"))
-                    .with_port(i32::from(port)),
-            ])
-            .with_topics(vec![
-                MetadataResponseTopic::default()
-                    .with_name(Some(TopicName(StrBytes::from_static_str("t"))))
-                    .with_partitions(vec![
-                        MetadataResponsePartition::default()
-                            .with_partition_index(0)
-                            .with_leader_id(WireId(1)),
-                    ]),
-            ]),
-    )
+    single_broker_metadata(port, "t", &[0])
 }
 
 fn answer(code: i16, base_offset: i64, throttle_ms: i32) -> Option<Reply> {
