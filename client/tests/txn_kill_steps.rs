@@ -11,8 +11,7 @@ mod txn_support;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use txn_support::{client, producer, read_committed, testkit};
-use weir_client::config::consumer::{AutoOffsetReset, ConsumerOptions, IsolationLevel};
+use txn_support::{client, producer, read_committed, read_committed_options, testkit};
 use weir_client::consumer::{Consumer, SeekTo};
 use weir_client::producer::{Producer, ProducerRecord, TopicPartition};
 use weir_client::transaction::{GroupMetadata, TransactionConfig, fetch_stable_offsets};
@@ -42,15 +41,7 @@ async fn run(kit: &txn_support::Kit, client_id: &str, kill: Option<Kill>) {
         .get(&input)
         .copied()
         .unwrap_or(0);
-    let mut consumer = Consumer::with_cluster(
-        cluster,
-        ConsumerOptions {
-            isolation_level: IsolationLevel::ReadCommitted,
-            auto_offset_reset: AutoOffsetReset::Earliest,
-            fetch_max_wait: Duration::from_millis(20),
-            ..Default::default()
-        },
-    );
+    let mut consumer = Consumer::with_cluster(cluster, read_committed_options());
     consumer.assign([input.clone()]);
     consumer.seek(&input, SeekTo::Offset(start)).unwrap();
     let group = GroupMetadata::unchecked("app");

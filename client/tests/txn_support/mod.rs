@@ -52,19 +52,21 @@ pub async fn producer(kit: &Kit, client_id: &str, txn: TransactionConfig) -> Tra
     p
 }
 
+/// A read_committed consumer from the earliest offset, with short fetch waits.
+pub fn read_committed_options() -> ConsumerOptions {
+    ConsumerOptions {
+        isolation_level: IsolationLevel::ReadCommitted,
+        auto_offset_reset: AutoOffsetReset::Earliest,
+        fetch_max_wait: Duration::from_millis(20),
+        ..Default::default()
+    }
+}
+
 /// Every value a read_committed consumer sees on `topic` up to the last
 /// stable offset, per partition.
 pub async fn read_committed(kit: &Kit, topic: &str, partitions: i32) -> BTreeMap<i32, Vec<String>> {
     let cluster = client(kit, "reader").await;
-    let mut consumer = Consumer::with_cluster(
-        cluster,
-        ConsumerOptions {
-            isolation_level: IsolationLevel::ReadCommitted,
-            auto_offset_reset: AutoOffsetReset::Earliest,
-            fetch_max_wait: Duration::from_millis(20),
-            ..Default::default()
-        },
-    );
+    let mut consumer = Consumer::with_cluster(cluster, read_committed_options());
     let tps: Vec<TopicPartition> = (0..partitions)
         .map(|p| TopicPartition::new(topic, p))
         .collect();
