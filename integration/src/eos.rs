@@ -240,21 +240,14 @@ impl Schedule {
         for _ in 0..rng.random_range(1..=4) {
             let txn = rng.random_range(0..txns);
             let fault = match rng.random_range(0..13) {
-                0 => Fault::Kill {
+                kill @ 0..=3 => Fault::Kill {
                     txn,
-                    step: Step::AfterBegin,
-                },
-                1 => Fault::Kill {
-                    txn,
-                    step: Step::AfterSend,
-                },
-                2 => Fault::Kill {
-                    txn,
-                    step: Step::AfterOffsets,
-                },
-                3 => Fault::Kill {
-                    txn,
-                    step: Step::DuringEndTxn,
+                    step: [
+                        Step::AfterBegin,
+                        Step::AfterSend,
+                        Step::AfterOffsets,
+                        Step::DuringEndTxn,
+                    ][kill],
                 },
                 4 => Fault::Abort { txn },
                 5 => {
