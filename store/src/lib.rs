@@ -21,6 +21,7 @@ mod kv;
 mod merge;
 mod meta;
 mod options;
+mod partition;
 mod restore;
 mod run_merge;
 mod sorted_run;

@@ -42,16 +42,17 @@ pub struct StoreOptions {
     pub durability: Durability,
     /// Bytes of changelog records per atomic restore batch into a non-empty store.
     pub restore_batch_bytes: usize,
-    /// Bytes of changelog records per sorted run when restoring into an empty
-    /// store (each run is sorted on its own, then all are merged once).
-    pub restore_run_bytes: usize,
-    /// Bytes of sorted runs an empty-store restore keeps in memory; later runs
-    /// are spilled to files in the task directory. Peak memory of such a
-    /// restore is about this plus seven times [`StoreOptions::restore_run_bytes`].
+    /// Memory for the records of an empty-store restore (default 256 MiB).
+    /// Half of it makes a generation: records are kept in memory until a
+    /// generation is full, then sorted and spilled to a file in the task
+    /// directory while the next one fills. A changelog whose records fit in
+    /// one generation is never spilled. Peak memory is about this, plus 1/16
+    /// of a generation of slabs prepared ahead.
     pub restore_memory_bytes: usize,
-    /// Threads that merge the sorted runs of an empty-store restore into the
-    /// store, each writing one key range (the calling thread is one of them).
-    /// Defaults to the available parallelism, at most 4.
+    /// Cores that write an empty-store restore into the store at the end,
+    /// each a range of keys at a time (the calling thread is one of them, and
+    /// one more thread writes while another waits for its fsync). Defaults to
+    /// the available parallelism, at most 4.
     pub restore_threads: usize,
     /// fjall block cache size in bytes.
     pub cache_bytes: u64,
@@ -73,8 +74,7 @@ impl Default for StoreOptions {
         Self {
             durability: Durability::default(),
             restore_batch_bytes: 4 << 20,
-            restore_run_bytes: 16 << 20,
-            restore_memory_bytes: 128 << 20,
+            restore_memory_bytes: 256 << 20,
             restore_threads: std::thread::available_parallelism()
                 .map_or(1, std::num::NonZeroUsize::get)
                 .min(4),
@@ -115,7 +115,8 @@ impl StoreOptions {
         self
     }
 
-    /// Sets [`StoreOptions::restore_memory_bytes`] (0 spills every run).
+    /// Sets [`StoreOptions::restore_memory_bytes`]. Below 32 KiB it counts as
+    /// 32 KiB; a small budget spills often, which tests use.
     #[must_use]
     pub fn with_restore_memory_bytes(mut self, bytes: usize) -> Self {
         self.restore_memory_bytes = bytes;
@@ -126,13 +127,6 @@ impl StoreOptions {
     #[must_use]
     pub fn with_restore_threads(mut self, threads: usize) -> Self {
         self.restore_threads = threads.max(1);
-        self
-    }
-
-    /// Sets [`StoreOptions::restore_run_bytes`].
-    #[must_use]
-    pub fn with_restore_run_bytes(mut self, bytes: usize) -> Self {
-        self.restore_run_bytes = bytes.max(1);
         self
     }
 }

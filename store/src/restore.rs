@@ -1,32 +1,33 @@
 //! Restoring a store from its changelog, for active tasks, standbys and warmups alike.
 //!
 //! Two paths, both pipelined over two threads (the caller's thread prepares the
-//! next batch or run while a worker thread writes the previous one):
+//! next batch or generation while a worker thread writes the previous one):
 //!
-//! - **Sorted runs** (an external merge sort), for a key-value store that is
-//!   empty when the restore starts. Records arrive in offset order, not key
-//!   order, and may not fit in memory, so they are cut into runs of
-//!   [`StoreOptions::restore_run_bytes`], each sorted and de-duplicated (last
-//!   write per key wins) by whichever thread is free. Runs are kept in memory up
-//!   to [`StoreOptions::restore_memory_bytes`] and spilled to files after that
-//!   (`spill`). `finish` merges all runs once, newest write per key winning, on
-//!   [`StoreOptions::restore_threads`] threads that each write a disjoint key
-//!   range through fjall's bulk ingestion (`run_merge`); disjoint runs need no
-//!   compaction. Ingestion is not part of a write batch, so a marker in the
-//!   metadata says "contents are not a commit" until the final offsets are
-//!   committed; if the process dies first, `open` empties the store and reports
-//!   its offset as unknown (see `TaskStore::open`).
+//! - **Buckets and sorted runs**, for a key-value store that is empty when the
+//!   restore starts. Records arrive in offset order, not key order, and may
+//!   not fit in memory. The first records decide key-range buckets, and every
+//!   record is copied into its bucket as it arrives (`partition`). Half of
+//!   [`StoreOptions::restore_memory_bytes`] makes a generation; a full one is
+//!   sorted bucket by bucket and spilled to a file by the worker while the
+//!   caller fills the next (`spill`). `finish` writes the buckets in order, each
+//!   sorted in memory and merged with the same bucket of every spilled file,
+//!   newest write per key winning, on [`StoreOptions::restore_threads`]
+//!   threads that each write a disjoint range of buckets through fjall's bulk
+//!   ingestion (`run_merge`); disjoint ranges need no compaction. Ingestion is
+//!   not part of a write batch, so a marker in the metadata says "contents are
+//!   not a commit" until the final offsets are committed; if the process dies
+//!   first, `open` empties the store and reports its offset as unknown (see
+//!   `TaskStore::open`).
 //! - **Atomic batches**, for everything else (catch-up of a non-empty store,
 //!   standbys, window stores): puts and tombstones go into fjall write batches of
 //!   [`StoreOptions::restore_batch_bytes`], each carrying the offset it reaches,
 //!   so every crash leaves a consistent prefix of the changelog.
 //!
-//! [`StoreOptions::restore_run_bytes`]: crate::StoreOptions::restore_run_bytes
 //! [`StoreOptions::restore_memory_bytes`]: crate::StoreOptions::restore_memory_bytes
 //! [`StoreOptions::restore_threads`]: crate::StoreOptions::restore_threads
 //! [`StoreOptions::restore_batch_bytes`]: crate::StoreOptions::restore_batch_bytes
 
-use std::sync::mpsc::{Receiver, SyncSender, TryRecvError, TrySendError, sync_channel};
+use std::sync::mpsc::{Receiver, Sender, sync_channel};
 use std::thread::JoinHandle;
 use std::time::Instant;
 
@@ -35,11 +36,15 @@ use fjall::{Keyspace, OwnedWriteBatch, PersistMode};
 use crate::error::{Result, StoreError};
 use crate::kv::check_entry;
 use crate::meta::{self, ChangelogPartition, StoreKind};
-use crate::run_merge::ingest_runs;
-use crate::sorted_run::{RunBuilder, SortedRun};
-use crate::spill::{SPILL_DIR, SpilledRuns, memory_source};
+use crate::partition::{Generation, Layout, SAMPLE_PER_BUCKET, Slab, SlabPool, Splitters};
+use crate::run_merge::ingest_generations;
+use crate::sorted_run::{Decoded, HEADER_LEN, RunBuilder, SortedRun, decode_record, encode_record};
+use crate::spill::{SPILL_DIR, Spill};
 use crate::task_store::{TaskStore, segment_keyspace_name};
 use crate::window::{encode_segment_key, is_live, segment_of, split_window_changelog_key};
+
+/// Progress of a restore is logged every this many bytes of records.
+const PROGRESS_LOG_BYTES: u64 = 256 << 20;
 
 /// One changelog record: a put, or a tombstone when `value` is `None`.
 #[derive(Debug, Clone, Copy)]
@@ -75,7 +80,7 @@ impl RestoreProgress {
 /// Which write path a restorer uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RestorePath {
-    /// Bulk ingestion of sorted runs (empty key-value store).
+    /// Key-range buckets, sorted runs and bulk ingestion (empty key-value store).
     SortedRuns,
     /// Atomic write batches with offsets.
     Batches,
@@ -94,11 +99,16 @@ enum Job {
         next_offset: i64,
         stream_time: Option<i64>,
     },
-    /// A run of an empty-store restore, still in arrival order: the worker
-    /// sorts it and keeps it or spills it to a file.
-    Run(RunBuilder),
-    /// A run the caller sorted itself because the worker was busy.
-    SortedRun(SortedRun),
+    /// A full generation of an empty-store restore: the worker sorts its
+    /// buckets into a spill file and returns its slabs.
+    Spill(Generation),
+}
+
+/// The buckets of an empty-store restore, once the first records have
+/// decided their bounds.
+struct Buckets {
+    splitters: Splitters,
+    generation: Generation,
 }
 
 /// Applies changelog records to one store. Create with [`TaskStore::restorer`],
@@ -113,12 +123,20 @@ pub struct ChangelogRestorer {
     batch: Option<OwnedWriteBatch>,
     batch_bytes: usize,
     stream_time: Option<i64>,
+    /// The batch being built (atomic batches path).
     run: RunBuilder,
-    /// Arenas of runs the worker has sorted, for reuse (saves page faults).
-    recycled: Receiver<RunBuilder>,
+    /// Progress is logged each time this many more bytes were applied.
+    next_progress_log: u64,
+    layout: Layout,
+    /// The first records of an empty-store restore, encoded, until they
+    /// decide the bucket bounds.
+    sample: Vec<u8>,
+    sample_records: usize,
+    buckets: Option<Buckets>,
+    slabs: Option<SlabPool>,
     keyspace: Option<Keyspace>,
-    jobs: Option<SyncSender<Job>>,
-    worker: Option<JoinHandle<Result<Option<SpilledRuns>>>>,
+    jobs: Option<std::sync::mpsc::SyncSender<Job>>,
+    worker: Option<JoinHandle<Result<Option<Spill>>>>,
 }
 
 impl std::fmt::Debug for ChangelogRestorer {
@@ -167,22 +185,26 @@ impl TaskStore {
         } else {
             RestorePath::Batches
         };
-        let spill = if path == RestorePath::SortedRuns {
+        let layout = Layout::for_memory(self.inner.options.restore_memory_bytes);
+        let (spill, slabs) = if path == RestorePath::SortedRuns {
             // From here until `finish` commits, the store claims nothing.
             self.inner.write_meta_now(
                 &[(meta::restoring_key(store), Vec::new())],
                 &[meta::offset_key(&partition)],
             )?;
             self.inner.state().offsets.remove(&partition);
-            Some(SpilledRuns::create(
-                self.path().join(SPILL_DIR).join(store),
-                self.inner.options.restore_memory_bytes,
-            )?)
+            let spill = Spill::create(self.path().join(SPILL_DIR).join(store))?;
+            // Up to 1/8 of a generation prepared ahead.
+            let slabs = SlabPool::start(layout.slab_bytes, 16)
+                .map_err(|e| StoreError::io(self.path(), e))?;
+            (Some(spill), Some(slabs))
         } else {
-            None
+            (None, None)
         };
-        let (jobs, rx) = sync_channel::<Job>(1);
-        let (recycle, recycled) = sync_channel::<RunBuilder>(2);
+        // A rendezvous: the worker holds at most the job it is writing, so at
+        // most two generations are in memory.
+        let (jobs, rx) = sync_channel::<Job>(0);
+        let returns = slabs.as_ref().map(SlabPool::returns);
         let worker_task = self.clone();
         let worker_store = store.to_owned();
         let worker_partition = partition.clone();
@@ -197,7 +219,7 @@ impl TaskStore {
                     worker_keyspace,
                     spill,
                     &rx,
-                    &recycle,
+                    returns.as_ref(),
                 )
             })
             .map_err(|e| StoreError::io(self.path(), e))?;
@@ -217,13 +239,13 @@ impl TaskStore {
             batch: None,
             batch_bytes: 0,
             stream_time,
-            run: match path {
-                RestorePath::SortedRuns => {
-                    RunBuilder::with_capacity(self.inner.options.restore_run_bytes)
-                }
-                RestorePath::Batches => RunBuilder::default(),
-            },
-            recycled,
+            run: RunBuilder::default(),
+            next_progress_log: PROGRESS_LOG_BYTES,
+            layout,
+            sample: Vec::new(),
+            sample_records: 0,
+            buckets: None,
+            slabs,
             keyspace,
             jobs: Some(jobs),
             worker: Some(worker),
@@ -261,11 +283,7 @@ impl ChangelogRestorer {
                 (RestorePath::SortedRuns, _) => {
                     check_entry(&self.store, record.key, record.value)
                         .map_err(|e| bad(e.to_string()))?;
-                    self.run.push(record.key, record.value);
-                    if self.run.data_bytes() >= self.task.inner.options.restore_run_bytes {
-                        let run = std::mem::take(&mut self.run);
-                        self.send_run(run)?;
-                    }
+                    self.push_to_bucket(record.key, record.value)?;
                 }
                 (RestorePath::Batches, StoreKind::KeyValue) => {
                     check_entry(&self.store, record.key, record.value)
@@ -306,6 +324,18 @@ impl ChangelogRestorer {
             self.progress.records += 1;
             self.progress.bytes += size as u64;
             self.progress.next_offset = Some(record.offset + 1);
+            if self.progress.bytes >= self.next_progress_log {
+                self.next_progress_log = self.progress.bytes + PROGRESS_LOG_BYTES;
+                tracing::info!(
+                    store = %self.store,
+                    partition = %self.partition,
+                    records = self.progress.records,
+                    bytes = self.progress.bytes,
+                    next_offset = record.offset + 1,
+                    end_offset = self.progress.end_offset,
+                    "restore progress"
+                );
+            }
             self.batch_bytes += size;
             if self.path == RestorePath::Batches
                 && self.batch_bytes >= self.task.inner.options.restore_batch_bytes
@@ -330,39 +360,39 @@ impl ChangelogRestorer {
                 self.join()?;
             }
             RestorePath::SortedRuns => {
-                // The last run is sorted here while the worker spills the
-                // previous one; it joins the merge from memory.
                 let started = Instant::now();
-                let last = std::mem::take(&mut self.run);
-                let last = (!last.is_empty()).then(|| last.seal().0);
-                let sealed = started.elapsed();
-                let spilled = self.join()?;
+                if self.buckets.is_none() {
+                    self.start_buckets()?;
+                }
+                let buckets = self.buckets.take();
+                let spill = self.join()?;
                 let joined = started.elapsed();
-                let mut runs = spilled
-                    .as_ref()
-                    .map(SpilledRuns::sources)
-                    .unwrap_or_default();
-                runs.extend(last.map(memory_source));
-                let Some(keyspace) = &self.keyspace else {
+                let (Some(keyspace), Some(buckets)) = (&self.keyspace, buckets) else {
                     return Err(StoreError::UnknownStore(self.store.clone()));
                 };
-                let written = ingest_runs(
-                    &runs,
+                let spilled = spill.as_ref().map(Spill::generations).unwrap_or_default();
+                let written = ingest_generations(
+                    &spilled,
+                    &buckets.generation,
                     keyspace,
                     self.task.inner.options.restore_threads,
                     self.task.path(),
                 )?;
                 let merged = started.elapsed();
-                drop(spilled);
+                let spilled_files = spilled.len();
+                drop(spill);
+                let (slabs_ready, slabs_new) = self.slabs.take().map_or((0, 0), |p| p.taken());
                 // Where the time of the final step went, for profiling.
                 tracing::debug!(
                     store = %self.store,
-                    runs = runs.len(),
+                    buckets = buckets.generation.buckets(),
+                    spilled_files,
+                    slabs_ready,
+                    slabs_new,
                     written,
-                    last_sort_ms = sealed.as_millis(),
-                    worker_wait_ms = (joined - sealed).as_millis(),
+                    worker_wait_ms = joined.as_millis(),
                     merge_ms = (merged - joined).as_millis(),
-                    "merged sorted runs into the store"
+                    "wrote the buckets into the store"
                 );
                 let inner = &self.task.inner;
                 let mut batch = inner.db.batch().durability(Some(PersistMode::SyncAll));
@@ -415,7 +445,7 @@ impl ChangelogRestorer {
         };
         self.batch_bytes = 0;
         if self.kind == StoreKind::KeyValue {
-            let (run, _) = std::mem::take(&mut self.run).seal();
+            let run = std::mem::take(&mut self.run).seal();
             return self.send(Job::SortedBatch {
                 run,
                 next_offset,
@@ -445,31 +475,69 @@ impl ChangelogRestorer {
         })
     }
 
-    /// Hands a full run to the worker, or, if the worker is still busy with
-    /// an earlier one, sorts it on this thread first: sorting costs about as
-    /// much as receiving the records, so this keeps both cores busy.
-    fn send_run(&mut self, run: RunBuilder) -> Result<()> {
-        let Some(jobs) = &self.jobs else {
-            return self.send(Job::Run(run));
+    /// Copies a record into its bucket, or into the sample while the bucket
+    /// bounds are not decided yet; hands full generations to the worker.
+    fn push_to_bucket(&mut self, key: &[u8], value: Option<&[u8]>) -> Result<()> {
+        let Some(buckets) = self.buckets.as_mut() else {
+            encode_record(&mut self.sample, key, value);
+            self.sample_records += 1;
+            if self.sample_records >= self.layout.buckets * SAMPLE_PER_BUCKET {
+                self.start_buckets()?;
+            }
+            return Ok(());
         };
-        match jobs.try_send(Job::Run(run)) {
-            Ok(()) => {
-                // Reusing an arena the worker is done with saves page faults.
-                self.run = match self.recycled.try_recv() {
-                    Ok(arena) => arena,
-                    Err(TryRecvError::Empty | TryRecvError::Disconnected) => {
-                        RunBuilder::with_capacity(self.task.inner.options.restore_run_bytes)
-                    }
-                };
-                Ok(())
-            }
-            Err(TrySendError::Full(Job::Run(run))) => {
-                let (sorted, arena) = run.seal();
-                self.run = arena;
-                self.send(Job::SortedRun(sorted))
-            }
-            Err(TrySendError::Full(job) | TrySendError::Disconnected(job)) => self.send(job),
+        let Some(slabs) = self.slabs.as_ref() else {
+            return Err(self.worker_error("no slab pool"));
+        };
+        let bucket = buckets.splitters.bucket(key);
+        buckets.generation.push(bucket, key, value, slabs);
+        if buckets.generation.is_full() {
+            let next = Generation::new(self.layout, buckets.splitters.buckets());
+            let full = std::mem::replace(&mut buckets.generation, next);
+            self.send(Job::Spill(full))?;
         }
+        Ok(())
+    }
+
+    /// Decides the bucket bounds from the sample and moves its records into
+    /// the first generation.
+    fn start_buckets(&mut self) -> Result<()> {
+        let sample = std::mem::take(&mut self.sample);
+        let mut records = Vec::with_capacity(self.sample_records);
+        let mut rest = sample.as_slice();
+        while let Decoded::Record(layout) = decode_record(rest) {
+            let key = rest.get(HEADER_LEN..HEADER_LEN + layout.key_len);
+            let value = match layout.value_len {
+                Some(n) => rest
+                    .get(HEADER_LEN + layout.key_len..HEADER_LEN + layout.key_len + n)
+                    .map(Some),
+                None => Some(None),
+            };
+            let (Some(key), Some(value)) = (key, value) else {
+                break; // cannot happen: the sample holds what was encoded
+            };
+            records.push((key, value));
+            rest = rest.get(layout.len()..).unwrap_or_default();
+        }
+        let splitters = Splitters::from_sample(
+            records.iter().map(|(k, _)| *k).collect(),
+            self.layout.buckets,
+        );
+        tracing::debug!(
+            store = %self.store,
+            sampled = records.len(),
+            buckets = splitters.buckets(),
+            "decided restore buckets"
+        );
+        self.buckets = Some(Buckets {
+            generation: Generation::new(self.layout, splitters.buckets()),
+            splitters,
+        });
+        for (key, value) in records {
+            self.push_to_bucket(key, value)?;
+        }
+        self.sample_records = 0;
+        Ok(())
     }
 
     fn send(&mut self, job: Job) -> Result<()> {
@@ -483,7 +551,7 @@ impl ChangelogRestorer {
         }
     }
 
-    fn join(&mut self) -> Result<Option<SpilledRuns>> {
+    fn join(&mut self) -> Result<Option<Spill>> {
         self.jobs = None;
         match self.worker.take() {
             None => Ok(None),
@@ -515,10 +583,10 @@ fn run_worker(
     store: &str,
     partition: &ChangelogPartition,
     keyspace: Option<Keyspace>,
-    mut spill: Option<SpilledRuns>,
+    mut spill: Option<Spill>,
     jobs: &Receiver<Job>,
-    recycle: &SyncSender<RunBuilder>,
-) -> Result<Option<SpilledRuns>> {
+    returns: Option<&Sender<Slab>>,
+) -> Result<Option<Spill>> {
     let inner = &task.inner;
     while let Ok(job) = jobs.recv() {
         match job {
@@ -561,31 +629,22 @@ fn run_worker(
                     entry.stream_time = Some(entry.stream_time.map_or(t, |c| c.max(t)));
                 }
             }
-            Job::SortedRun(run) => {
-                let Some(spill) = spill.as_mut() else {
-                    return Err(StoreError::UnknownStore(store.to_owned()));
-                };
-                spill.push(run)?;
-            }
-            Job::Run(builder) => {
+            Job::Spill(generation) => {
                 let Some(spill) = spill.as_mut() else {
                     return Err(StoreError::UnknownStore(store.to_owned()));
                 };
                 let started = Instant::now();
-                let (run, arena) = builder.seal();
-                let sorted = started.elapsed();
-                // The caller may already have started its next run; then the
-                // arena is simply freed.
-                let _ = recycle.try_send(arena);
-                let records = run.records;
-                spill.push(run)?;
+                let records = spill.push(&generation)?;
                 tracing::debug!(
                     store,
                     records,
-                    sort_ms = sorted.as_millis(),
-                    keep_or_spill_ms = (started.elapsed() - sorted).as_millis(),
-                    "sorted a run"
+                    bytes = generation.record_bytes(),
+                    spill_ms = started.elapsed().as_millis(),
+                    "spilled a generation"
                 );
+                if let Some(returns) = returns {
+                    generation.recycle(returns);
+                }
             }
         }
     }

@@ -1,88 +1,41 @@
-//! K-way merge of sorted runs (in memory or spilled to files), newest write
-//! per key wins, split into key ranges that are merged on separate threads.
+//! K-way merge of sorted runs (in memory or in spill files), newest write per
+//! key wins, and the final write of an empty-store restore: one fjall
+//! ingestion per range of buckets, on several threads.
 //!
-//! This is how an empty store is restored: every run of the changelog is
-//! sorted on its own, and one merge at the end writes each key once. Each key
-//! range becomes one fjall ingestion, and the ranges do not overlap, so the
-//! store ends up as disjoint sorted runs that fjall never has to compact (its
-//! leveled strategy moves disjoint level-0 runs down without rewriting them).
+//! Buckets (see `partition`) are disjoint key ranges, so each ingestion
+//! covers a disjoint key range and the store ends up as disjoint sorted runs
+//! that fjall never has to compact (its leveled strategy moves disjoint
+//! level-0 runs down without rewriting them).
 
 use std::cmp::Ordering;
 use std::fs::File;
 use std::io::{Read, Seek, SeekFrom};
+use std::ops::Range;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering as AtomicOrdering};
 use std::time::Instant;
 
 use crate::error::{Result, StoreError};
-use crate::sorted_run::{Decoded, HEADER_LEN, RecordLayout, Sample, decode_record, key_prefix};
+use crate::partition::Generation;
+use crate::sorted_run::{Decoded, HEADER_LEN, RecordLayout, decode_record, key_prefix};
+use crate::spill::SpilledGeneration;
 
 /// How many bytes a file cursor reads at a time.
 const READ_CHUNK: usize = 64 << 10;
 
-/// Where a sorted run's encoded records are.
-#[derive(Debug, Clone)]
-pub(crate) enum RunBytes {
-    Memory(Arc<Vec<u8>>),
-    File { path: PathBuf, len: u64 },
+/// Sorted, encoded records: in memory, or a byte range of a spill file.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Segment<'a> {
+    Memory(&'a [u8]),
+    File {
+        path: &'a Path,
+        start: u64,
+        len: u64,
+    },
 }
 
-/// A sorted run ready to be merged.
-#[derive(Debug, Clone)]
-pub(crate) struct RunSource {
-    pub(crate) bytes: RunBytes,
-    pub(crate) samples: Vec<Sample>,
-    pub(crate) records: u64,
-}
-
-/// A half-open key range `[from, to)`; `None` is unbounded.
-#[derive(Debug, Clone, Default)]
-pub(crate) struct KeyRange {
-    pub(crate) from: Option<Vec<u8>>,
-    pub(crate) to: Option<Vec<u8>>,
-}
-
-impl KeyRange {
-    /// Splits the key space into up to `parts` ranges holding about as many
-    /// records each, judged by the runs' key samples.
-    pub(crate) fn split(runs: &[RunSource], parts: usize) -> Vec<KeyRange> {
-        let mut keys: Vec<&[u8]> = runs
-            .iter()
-            .flat_map(|r| r.samples.iter().map(|s| s.key.as_slice()))
-            .collect();
-        keys.sort_unstable();
-        let first = keys.first().copied();
-        // Every bound is a sampled key above the smallest, so no range is empty.
-        let mut bounds: Vec<&[u8]> = (1..parts.max(1))
-            .filter_map(|i| keys.get(i * keys.len() / parts).copied())
-            .filter(|b| Some(*b) > first)
-            .collect();
-        bounds.dedup();
-        let mut ranges = Vec::with_capacity(bounds.len() + 1);
-        let mut from = None;
-        for b in bounds {
-            ranges.push(KeyRange {
-                from: from.take(),
-                to: Some(b.to_vec()),
-            });
-            from = Some(b.to_vec());
-        }
-        ranges.push(KeyRange { from, to: None });
-        ranges
-    }
-
-    fn below_start(&self, key: &[u8]) -> bool {
-        self.from.as_deref().is_some_and(|from| key < from)
-    }
-
-    fn past_end(&self, key: &[u8]) -> bool {
-        self.to.as_deref().is_some_and(|to| key >= to)
-    }
-}
-
-enum CursorBytes {
-    Memory(Arc<Vec<u8>>),
+enum CursorBytes<'a> {
+    Memory(&'a [u8]),
     File {
         file: File,
         path: PathBuf,
@@ -92,62 +45,46 @@ enum CursorBytes {
     },
 }
 
-/// Reads one run's records from a start offset, within one key range.
-struct Cursor {
-    bytes: CursorBytes,
+/// Reads one segment's records.
+struct Cursor<'a> {
+    bytes: CursorBytes<'a>,
     pos: usize,
     /// Higher is newer: it wins over older runs for the same key.
     rank: usize,
     head: Option<(u128, RecordLayout)>,
 }
 
-impl Cursor {
-    fn open(source: &RunSource, rank: usize, range: &KeyRange) -> Result<Self> {
-        // The last sample below the range start is a record boundary at or
-        // before the first record in range.
-        let start = range.from.as_deref().map_or(0, |from| {
-            let i = source.samples.partition_point(|s| s.key.as_slice() < from);
-            i.checked_sub(1)
-                .and_then(|i| source.samples.get(i))
-                .map_or(0, |s| s.offset)
-        });
-        let bytes = match &source.bytes {
-            RunBytes::Memory(data) => CursorBytes::Memory(Arc::clone(data)),
-            RunBytes::File { path, len } => {
+impl<'a> Cursor<'a> {
+    fn open(segment: &Segment<'a>, rank: usize) -> Result<Self> {
+        let bytes = match *segment {
+            Segment::Memory(bytes) => CursorBytes::Memory(bytes),
+            Segment::File { path, start, len } => {
                 let mut file = File::open(path).map_err(|e| StoreError::io(path, e))?;
                 file.seek(SeekFrom::Start(start))
                     .map_err(|e| StoreError::io(path, e))?;
                 CursorBytes::File {
                     file,
-                    path: path.clone(),
-                    buf: Vec::with_capacity(READ_CHUNK),
-                    left: len.saturating_sub(start),
+                    path: path.to_path_buf(),
+                    buf: Vec::with_capacity(
+                        READ_CHUNK.min(usize::try_from(len).unwrap_or(READ_CHUNK)),
+                    ),
+                    left: len,
                 }
             }
         };
-        let pos = match bytes {
-            CursorBytes::Memory(_) => usize::try_from(start).unwrap_or(usize::MAX),
-            CursorBytes::File { .. } => 0,
-        };
         let mut cursor = Self {
             bytes,
-            pos,
+            pos: 0,
             rank,
             head: None,
         };
         cursor.load_head()?;
-        while cursor.head.is_some() && range.below_start(cursor.key()) {
-            cursor.advance()?;
-        }
-        if cursor.head.is_some() && range.past_end(cursor.key()) {
-            cursor.head = None;
-        }
         Ok(cursor)
     }
 
     fn window(&self) -> &[u8] {
         let all = match &self.bytes {
-            CursorBytes::Memory(data) => data.as_slice(),
+            CursorBytes::Memory(data) => data,
             CursorBytes::File { buf, .. } => buf.as_slice(),
         };
         all.get(self.pos..).unwrap_or_default()
@@ -251,7 +188,7 @@ struct CursorHeap {
 }
 
 impl CursorHeap {
-    fn new(cursors: &[Cursor]) -> Self {
+    fn new(cursors: &[Cursor<'_>]) -> Self {
         let mut heap = Self {
             heap: (0..cursors.len())
                 .filter(|&i| cursors[i].head.is_some())
@@ -268,7 +205,7 @@ impl CursorHeap {
     }
 
     /// Re-establishes order after the top cursor advanced, dropping it if it ended.
-    fn fix_top(&mut self, cursors: &[Cursor]) {
+    fn fix_top(&mut self, cursors: &[Cursor<'_>]) {
         let Some(&top) = self.heap.first() else {
             return;
         };
@@ -278,14 +215,14 @@ impl CursorHeap {
         self.sift_down(0, cursors);
     }
 
-    fn pop_top(&mut self, cursors: &[Cursor]) {
+    fn pop_top(&mut self, cursors: &[Cursor<'_>]) {
         if !self.heap.is_empty() {
             self.heap.swap_remove(0);
             self.sift_down(0, cursors);
         }
     }
 
-    fn push(&mut self, cursor: usize, cursors: &[Cursor]) {
+    fn push(&mut self, cursor: usize, cursors: &[Cursor<'_>]) {
         self.heap.push(cursor);
         let mut i = self.heap.len() - 1;
         while i > 0 {
@@ -298,7 +235,7 @@ impl CursorHeap {
         }
     }
 
-    fn sift_down(&mut self, mut i: usize, cursors: &[Cursor]) {
+    fn sift_down(&mut self, mut i: usize, cursors: &[Cursor<'_>]) {
         let less = |a: usize, b: usize| cursors[a].order(&cursors[b]) == Ordering::Less;
         loop {
             let (l, r) = (2 * i + 1, 2 * i + 2);
@@ -318,20 +255,19 @@ impl CursorHeap {
     }
 }
 
-/// Merges `runs` (oldest first) within `range`, handing each key's newest
-/// record to `emit` in ascending key order. Tombstones are passed on unless
-/// `drop_tombstones` (when nothing older than these runs exists). Returns the
-/// number of records emitted.
-pub(crate) fn merge_runs(
-    runs: &[RunSource],
-    range: &KeyRange,
+/// Merges `segments` (oldest first), handing each key's newest record to
+/// `emit` in ascending key order. Tombstones are passed on unless
+/// `drop_tombstones` (when nothing older than these segments exists).
+/// Returns the number of records emitted.
+pub(crate) fn merge_segments(
+    segments: &[Segment<'_>],
     drop_tombstones: bool,
     mut emit: impl FnMut(&[u8], Option<&[u8]>) -> Result<()>,
 ) -> Result<u64> {
-    let mut cursors = runs
+    let mut cursors = segments
         .iter()
         .enumerate()
-        .map(|(rank, run)| Cursor::open(run, rank, range))
+        .map(|(rank, segment)| Cursor::open(segment, rank))
         .collect::<Result<Vec<_>>>()?;
     let mut heap = CursorHeap::new(&cursors);
     let mut emitted = 0u64;
@@ -350,10 +286,10 @@ pub(crate) fn merge_runs(
             {
                 break;
             }
-            advance_within(&mut cursors[next], range)?;
+            cursors[next].advance()?;
             heap.fix_top(&cursors);
         }
-        advance_within(&mut cursors[top], range)?;
+        cursors[top].advance()?;
         if cursors[top].head.is_some() {
             heap.push(top, &cursors);
         }
@@ -361,51 +297,96 @@ pub(crate) fn merge_runs(
     Ok(emitted)
 }
 
-fn advance_within(cursor: &mut Cursor, range: &KeyRange) -> Result<()> {
-    cursor.advance()?;
-    if cursor.head.is_some() && range.past_end(cursor.key()) {
-        cursor.head = None;
+/// Splits buckets `0..sizes.len()` into up to `parts` consecutive ranges of
+/// about equal bytes, none empty.
+pub(crate) fn bucket_ranges(sizes: &[u64], parts: usize) -> Vec<Range<usize>> {
+    let total: u64 = sizes.iter().sum();
+    let parts = parts.max(1) as u64;
+    let mut ranges = Vec::new();
+    let mut start = 0;
+    let mut seen = 0u64;
+    for (i, size) in sizes.iter().enumerate() {
+        seen += size;
+        let part = ranges.len() as u64 + 1;
+        if part < parts && seen * parts >= total * part && i + 1 < sizes.len() {
+            ranges.push(start..i + 1);
+            start = i + 1;
+        }
     }
-    Ok(())
+    if start < sizes.len() {
+        ranges.push(start..sizes.len());
+    }
+    ranges
 }
 
-/// Merges `runs` (oldest first, all written since the store was empty) into
-/// `keyspace` as one fjall ingestion per key range, on up to `threads`
-/// threads (the caller's among them). Returns the records written.
-pub(crate) fn ingest_runs(
-    runs: &[RunSource],
+/// Writes the restore's records into `keyspace`: the spilled generations
+/// (oldest first) and the one still in memory (newest), bucket by bucket, as
+/// one fjall ingestion per range of buckets, on up to `threads` threads (the
+/// caller's among them). Returns the records written.
+pub(crate) fn ingest_generations(
+    spilled: &[&SpilledGeneration],
+    memory: &Generation,
     keyspace: &fjall::Keyspace,
     threads: usize,
     db_path: &Path,
 ) -> Result<u64> {
-    let total: u64 = runs.iter().map(|r| r.records).sum();
+    let buckets = memory.buckets();
+    let sizes: Vec<u64> = (0..buckets)
+        .map(|b| {
+            memory.bucket_bytes(b) as u64 + spilled.iter().map(|g| g.bucket_len(b)).sum::<u64>()
+        })
+        .collect();
+    let total: u64 = sizes.iter().sum();
     let threads = threads.max(1);
-    // Twice as many key ranges as threads: each range ends in a fjall
-    // ingestion `finish` that writes the filter and index and fsyncs the
-    // table while holding fjall's journal lock, so finishes serialise; with
-    // more, smaller ranges one thread's finish overlaps the others' writing.
-    // Below `total` of 10,000 a second range costs more than it saves.
-    let parts = if total < 10_000 { 1 } else { 2 * threads };
-    let ranges = KeyRange::split(runs, parts);
+    // Each range ends in a fjall ingestion `finish` that writes the filter
+    // and index and fsyncs the table. Four ranges per thread keep the last
+    // fsync, which nothing overlaps, short. Below a MiB a second range costs
+    // more than it saves.
+    let parts = if total < (1 << 20) { 1 } else { 4 * threads };
+    let ranges = bucket_ranges(&sizes, parts);
     let engine =
         |action: &'static str| move |e: fjall::Error| StoreError::engine(db_path, action, e);
-    let ingest = |range: &KeyRange| -> Result<u64> {
+    let ingest = |range: &Range<usize>| -> Result<u64> {
         let started = Instant::now();
         let mut ingestion = keyspace
             .start_ingestion()
             .map_err(engine("starting ingestion"))?;
-        let written = merge_runs(runs, range, true, |key, value| match value {
-            Some(v) => ingestion
-                .write(key, v)
-                .map_err(engine("ingesting restored records")),
-            None => Ok(()),
-        })?;
-        let merged = started.elapsed();
+        let mut index = Vec::new();
+        let mut sorted = Vec::new();
+        let mut written = 0;
+        for bucket in range.clone() {
+            if spilled.is_empty() {
+                // Nothing older exists and the store was empty: the sorted
+                // bucket goes straight in, without its tombstones.
+                written += memory.ingest_bucket(bucket, &mut index, |key, value| {
+                    ingestion
+                        .write(key, value)
+                        .map_err(engine("ingesting restored records"))
+                })?;
+                continue;
+            }
+            sorted.clear();
+            memory.sort_bucket(bucket, false, &mut index, |record| {
+                sorted.extend_from_slice(record);
+                Ok::<(), StoreError>(())
+            })?;
+            let mut segments: Vec<Segment<'_>> =
+                spilled.iter().filter_map(|g| g.segment(bucket)).collect();
+            segments.push(Segment::Memory(&sorted));
+            written += merge_segments(&segments, true, |key, value| match value {
+                Some(v) => ingestion
+                    .write(key, v)
+                    .map_err(engine("ingesting restored records")),
+                None => Ok(()),
+            })?;
+        }
+        let wrote = started.elapsed();
         ingestion.finish().map_err(engine("finishing ingestion"))?;
         tracing::debug!(
             written,
-            merge_ms = merged.as_millis(),
-            finish_ms = (started.elapsed() - merged).as_millis(),
+            buckets = range.len(),
+            write_ms = wrote.as_millis(),
+            finish_ms = (started.elapsed() - wrote).as_millis(),
             "ingested one key range"
         );
         Ok(written)
@@ -419,10 +400,11 @@ pub(crate) fn ingest_runs(
         }
         Ok(written)
     };
+    // One writer more than `threads`: while one waits for its fsync, the
+    // others keep the cores busy.
+    let writers = (threads + 1).min(ranges.len()).max(1);
     std::thread::scope(|scope| {
-        let handles: Vec<_> = (1..threads.min(ranges.len()))
-            .map(|_| scope.spawn(work))
-            .collect();
+        let handles: Vec<_> = (1..writers).map(|_| scope.spawn(work)).collect();
         let mut written = work()?;
         for handle in handles {
             written += handle.join().map_err(|_| StoreError::RestoreWorker {
@@ -439,69 +421,63 @@ mod tests {
     use std::collections::BTreeMap;
 
     use super::*;
-    use crate::sorted_run::{RunBuilder, SAMPLE_EVERY};
+    use crate::sorted_run::encode_record;
 
     type Model = BTreeMap<Vec<u8>, Option<Vec<u8>>>;
 
-    /// Three overlapping runs: later runs overwrite and delete earlier keys.
-    fn runs() -> (Vec<RunSource>, Model) {
-        let mut model = Model::new();
-        let mut sources = Vec::new();
-        for run in 0..3u32 {
-            let mut b = RunBuilder::default();
-            for i in 0..(3 * SAMPLE_EVERY as u32) {
-                let k = (i * 7 + run * 1_000) % 10_000;
-                let key = format!("k{k:05}").into_bytes();
-                let value = (i % 5 != 0).then(|| format!("{run}:{i}").into_bytes());
-                b.push(&key, value.as_deref());
-                model.insert(key, value);
-            }
-            sources.push(crate::spill::memory_source(b.seal().0));
+    fn encoded(model: &Model) -> Vec<u8> {
+        let mut out = Vec::new();
+        for (k, v) in model {
+            encode_record(&mut out, k, v.as_deref());
         }
-        (sources, model)
-    }
-
-    fn merge_all(runs: &[RunSource], range: &KeyRange, drop: bool) -> Model {
-        let mut out = Model::new();
-        let mut last: Option<Vec<u8>> = None;
-        merge_runs(runs, range, drop, |k, v| {
-            assert!(last.as_deref() < Some(k), "keys not strictly ascending");
-            last = Some(k.to_vec());
-            out.insert(k.to_vec(), v.map(<[u8]>::to_vec));
-            Ok(())
-        })
-        .unwrap();
         out
     }
 
     #[test]
-    fn newest_write_wins_and_tombstones_are_kept_or_dropped() {
-        let (runs, model) = runs();
-        assert_eq!(merge_all(&runs, &KeyRange::default(), false), model);
-        let live: Model = model.into_iter().filter(|(_, v)| v.is_some()).collect();
-        assert_eq!(merge_all(&runs, &KeyRange::default(), true), live);
+    fn newest_segment_wins_and_tombstones_are_kept_or_dropped() {
+        let mut runs = Vec::new();
+        let mut model = Model::new();
+        for run in 0..3u32 {
+            let mut part = Model::new();
+            for i in 0..500u32 {
+                let k = (i * 7 + run * 100) % 1_000;
+                let value = (i % 5 != 0).then(|| format!("{run}:{i}").into_bytes());
+                part.insert(format!("k{k:04}").into_bytes(), value);
+            }
+            model.extend(part.clone());
+            runs.push(encoded(&part));
+        }
+        let segments: Vec<Segment<'_>> = runs.iter().map(|r| Segment::Memory(r)).collect();
+        for drop in [false, true] {
+            let mut out = Model::new();
+            let mut last: Option<Vec<u8>> = None;
+            merge_segments(&segments, drop, |k, v| {
+                assert!(last.as_deref() < Some(k), "keys not strictly ascending");
+                last = Some(k.to_vec());
+                out.insert(k.to_vec(), v.map(<[u8]>::to_vec));
+                Ok(())
+            })
+            .unwrap();
+            let expected: Model = model
+                .iter()
+                .filter(|(_, v)| !drop || v.is_some())
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect();
+            assert_eq!(out, expected);
+        }
     }
 
     #[test]
-    fn key_ranges_partition_the_merge_exactly() {
-        let (runs, model) = runs();
-        for parts in [2, 3, 5] {
-            let ranges = KeyRange::split(&runs, parts);
-            // Fewer when sampled keys coincide.
-            assert!(
-                (2..=parts).contains(&ranges.len()),
-                "{} ranges",
-                ranges.len()
-            );
-            let mut joined = Model::new();
-            for range in &ranges {
-                let part = merge_all(&runs, range, false);
-                assert!(!part.is_empty(), "an empty key range");
-                let before = joined.len();
-                joined.extend(part.clone());
-                assert_eq!(joined.len(), before + part.len(), "ranges overlap");
-            }
-            assert_eq!(joined, model);
+    fn bucket_ranges_cover_every_bucket_once_in_balanced_parts() {
+        let sizes = [5u64, 0, 7, 1, 1, 9, 3, 0, 4, 2];
+        for parts in 1..=12 {
+            let ranges = bucket_ranges(&sizes, parts);
+            assert!(ranges.len() <= parts.max(1));
+            assert!(ranges.iter().all(|r| !r.is_empty()));
+            let flat: Vec<usize> = ranges.iter().flat_map(Clone::clone).collect();
+            assert_eq!(flat, (0..sizes.len()).collect::<Vec<_>>());
         }
+        assert_eq!(bucket_ranges(&sizes, 2), vec![0..6, 6..10]);
+        assert_eq!(bucket_ranges(&[], 4), Vec::<Range<usize>>::new());
     }
 }

@@ -1,7 +1,7 @@
-//! Buffers changelog records in one arena and turns them into a key-sorted,
-//! de-duplicated run, encoded in the same record format the spill files use.
+//! The record encoding shared by restore buffers and spill files, and the
+//! sorted, de-duplicated batches of a catch-up restore.
 //!
-//! Record format (arena, sorted runs and spill files alike):
+//! Record format (batches, restore buckets and spill files alike):
 //! `kind: u8` (0 tombstone, 1 put), `key_len: u16 LE`, `value_len: u32 LE`,
 //! then the key and the value. The format never leaves the process (spill
 //! files are deleted when a restore ends or at the next open), but decoding is
@@ -11,9 +11,6 @@
 pub(crate) const HEADER_LEN: usize = 7;
 const TOMBSTONE: u8 = 0;
 const PUT: u8 = 1;
-/// Every how many records of a sorted run a key is sampled; the samples let a
-/// merge split the key space into ranges and start each range mid-run.
-pub(crate) const SAMPLE_EVERY: usize = 4096;
 
 /// Appends one record. Callers have checked the sizes (`kv::check_entry`).
 pub(crate) fn encode_record(out: &mut Vec<u8>, key: &[u8], value: Option<&[u8]>) {
@@ -117,21 +114,6 @@ pub(crate) struct RunBuilder {
 }
 
 impl RunBuilder {
-    /// A builder for runs of about `bytes` (one record may overshoot).
-    pub(crate) fn with_capacity(bytes: usize) -> Self {
-        Self {
-            data: Vec::with_capacity(bytes + (64 << 10)),
-            index: Vec::new(),
-        }
-    }
-
-    /// A builder that reuses the allocations of a previous run.
-    pub(crate) fn recycled(mut data: Vec<u8>, mut index: Vec<IndexEntry>) -> Self {
-        data.clear();
-        index.clear();
-        Self { data, index }
-    }
-
     pub(crate) fn push(&mut self, key: &[u8], value: Option<&[u8]>) {
         let prefix = key_prefix(key);
         self.index.push(IndexEntry {
@@ -142,18 +124,10 @@ impl RunBuilder {
         encode_record(&mut self.data, key, value);
     }
 
-    pub(crate) fn data_bytes(&self) -> usize {
-        self.data.len()
-    }
-
-    pub(crate) fn is_empty(&self) -> bool {
-        self.index.is_empty()
-    }
-
     /// Sorts by key, keeping only the last record of each key (changelog order
     /// means the last one is the current value), and copies the survivors in
-    /// key order into a new buffer. Returns the run and the emptied arena for reuse.
-    pub(crate) fn seal(self) -> (SortedRun, RunBuilder) {
+    /// key order into a new buffer.
+    pub(crate) fn seal(self) -> SortedRun {
         let Self { data, mut index } = self;
         let key_at = |pos: usize| record_key(&data, pos);
         // Arrival position breaks ties, so equal keys end up oldest first.
@@ -164,8 +138,6 @@ impl RunBuilder {
                 .then(a.pos.cmp(&b.pos))
         });
         let mut bytes = Vec::with_capacity(data.len());
-        let mut samples = Vec::new();
-        let mut records = 0usize;
         for (i, entry) in index.iter().enumerate() {
             if let Some(next) = index.get(i + 1)
                 && next.prefix() == entry.prefix()
@@ -176,21 +148,9 @@ impl RunBuilder {
             let Some(record) = record_bytes(&data, entry.pos) else {
                 continue; // cannot happen: the arena holds what `push` encoded
             };
-            if records.is_multiple_of(SAMPLE_EVERY) {
-                samples.push(Sample {
-                    key: key_at(entry.pos).to_vec(),
-                    offset: bytes.len() as u64,
-                });
-            }
             bytes.extend_from_slice(record);
-            records += 1;
         }
-        let run = SortedRun {
-            bytes,
-            samples,
-            records: records as u64,
-        };
-        (run, RunBuilder::recycled(data, index))
+        SortedRun { bytes }
     }
 }
 
@@ -210,20 +170,10 @@ fn record_key(data: &[u8], pos: usize) -> &[u8] {
         .unwrap_or_default()
 }
 
-/// A sampled key of a sorted run and the byte offset of its record.
-#[derive(Debug, Clone)]
-pub(crate) struct Sample {
-    pub(crate) key: Vec<u8>,
-    pub(crate) offset: u64,
-}
-
 /// Strictly ascending keys with their latest value or tombstone, encoded.
 #[derive(Debug)]
 pub(crate) struct SortedRun {
     pub(crate) bytes: Vec<u8>,
-    /// Every [`SAMPLE_EVERY`]th key, with its offset in `bytes`.
-    pub(crate) samples: Vec<Sample>,
-    pub(crate) records: u64,
 }
 
 impl SortedRun {
@@ -274,8 +224,7 @@ mod tests {
         b.push(b"b", None);
         b.push(b"c", Some(b"3"));
         b.push(b"a", Some(b"4"));
-        let (run, _) = b.seal();
-        assert_eq!(run.records, 3);
+        let run = b.seal();
         assert_eq!(run.iter().count(), 3);
         assert_eq!(
             decode_all(&run.bytes),
@@ -296,24 +245,9 @@ mod tests {
         b.push(&long_b, Some(b"y"));
         b.push(b"ab\0", Some(b"z"));
         b.push(b"ab", Some(b"w"));
-        let (run, _) = b.seal();
+        let run = b.seal();
         let keys: Vec<Vec<u8>> = decode_all(&run.bytes).into_iter().map(|(k, _)| k).collect();
         assert_eq!(keys, vec![b"ab".to_vec(), b"ab\0".to_vec(), long_b, long_a]);
-    }
-
-    #[test]
-    fn samples_point_at_record_starts() {
-        let mut b = RunBuilder::default();
-        for i in 0..(SAMPLE_EVERY * 2 + 5) as u32 {
-            b.push(&i.to_be_bytes(), Some(&[7u8; 3]));
-        }
-        let (run, _) = b.seal();
-        assert_eq!(run.samples.len(), 3);
-        for s in &run.samples {
-            let rest = &run.bytes[s.offset as usize..];
-            assert!(matches!(decode_record(rest), Decoded::Record(_)));
-            assert_eq!(&rest[HEADER_LEN..HEADER_LEN + 4], s.key.as_slice());
-        }
     }
 
     #[test]

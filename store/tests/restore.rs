@@ -66,9 +66,10 @@ fn contents(task: &TaskStore, store: &str) -> BTreeMap<Vec<u8>, Vec<u8>> {
 }
 
 fn small_options() -> StoreOptions {
-    // Tiny runs and batches so a few thousand records exercise many of each.
+    // Tiny generations (16 KiB) and batches so a few thousand records
+    // exercise many of each.
     StoreOptions::default()
-        .with_restore_run_bytes(8 << 10)
+        .with_restore_memory_bytes(32 << 10)
         .with_restore_batch_bytes(4 << 10)
 }
 
@@ -168,18 +169,17 @@ fn an_interrupted_bulk_restore_is_discarded_at_open_and_reports_unknown() {
 }
 
 #[test]
-fn a_large_restore_merges_many_spilled_runs_over_parallel_key_ranges() {
+fn a_large_restore_merges_many_spilled_generations_over_parallel_key_ranges() {
     let dir = common::tempdir();
     let tp = ChangelogPartition::new("app-kv-changelog", 1);
     // 150k records over 40k keys: every key is written several times, across
-    // runs, and about one write in seven is a tombstone. 16 KiB runs make
-    // about 220 runs: the first 16 stay in memory, the rest are spilled and
-    // 128 of them merged into one file along the way; three threads merge
-    // key ranges of all runs into the store.
+    // generations, and about one write in seven is a tombstone. 16 KiB
+    // generations make about 250 spill files, 128 of which are merged into
+    // one along the way; three threads write key ranges of all of them and
+    // the last generation into the store.
     let records = changelog(150_000, 40_000, 5);
     let options = StoreOptions::default()
-        .with_restore_run_bytes(16 << 10)
-        .with_restore_memory_bytes(256 << 10)
+        .with_restore_memory_bytes(32 << 10)
         .with_restore_threads(3);
     {
         let task = TaskStore::open(dir.path(), options.clone()).unwrap();
@@ -205,8 +205,9 @@ fn a_large_restore_merges_many_spilled_runs_over_parallel_key_ranges() {
 fn spilled_runs_with_values_larger_than_a_read_chunk_merge_intact() {
     let dir = common::tempdir();
     let tp = ChangelogPartition::new("c", 0);
-    // Every run is spilled, and some values are larger than the 64 KiB a
-    // file cursor reads at a time, so records straddle and exceed reads.
+    // Generations are as small as they go, so nearly every record is
+    // spilled, and some values are larger than the 64 KiB a file cursor
+    // reads at a time, so records straddle and exceed reads.
     let records: Vec<Record> = (0..300i64)
         .map(|i| {
             let key = format!("key-{:03}", (i * 37) % 120).into_bytes();
@@ -220,7 +221,6 @@ fn spilled_runs_with_values_larger_than_a_read_chunk_merge_intact() {
         })
         .collect();
     let options = StoreOptions::default()
-        .with_restore_run_bytes(256 << 10)
         .with_restore_memory_bytes(0)
         .with_restore_threads(2);
     let task = TaskStore::open(dir.path(), options).unwrap();
@@ -230,6 +230,80 @@ fn spilled_runs_with_values_larger_than_a_read_chunk_merge_intact() {
     restorer.finish().unwrap();
     assert_eq!(contents(&task, "kv"), model(&records));
     assert_eq!(task.committed_offset(&tp), CommittedOffset::Known(300));
+}
+
+/// Restores `records` into an empty store with `options` and checks the
+/// result against the model, before and after a reopen.
+fn restore_matches_the_model(records: &[Record], options: StoreOptions) {
+    let dir = common::tempdir();
+    let tp = ChangelogPartition::new("c", 0);
+    let end = records.last().map_or(0, |r| r.0 + 1);
+    {
+        let task = TaskStore::open(dir.path(), options.clone()).unwrap();
+        task.key_value_store("kv").unwrap();
+        let mut restorer = task.restorer("kv", tp.clone(), end).unwrap();
+        assert_eq!(restorer.path(), RestorePath::SortedRuns);
+        apply_in_chunks(&mut restorer, records);
+        let done = restorer.finish().unwrap();
+        assert_eq!(done.records, records.len() as u64);
+        assert_eq!(contents(&task, "kv"), model(records));
+    }
+    let task = TaskStore::open(dir.path(), options).unwrap();
+    let expected = if records.is_empty() {
+        CommittedOffset::Unknown
+    } else {
+        CommittedOffset::Known(end)
+    };
+    assert_eq!(task.committed_offset(&tp), expected);
+    assert_eq!(contents(&task, "kv"), model(records));
+}
+
+#[test]
+fn skewed_keys_restore_intact_whatever_the_buckets() {
+    // Buckets are cut from the first keys. Keys that all share a prefix
+    // longer than the 16 bytes compared cheaply, keys that grow past every
+    // bound (a counter), and keys that first come from a narrow range and
+    // then from everywhere must all end up exactly as written.
+    let shared: Vec<Record> = (0..5_000i64)
+        .map(|i| {
+            let key = format!("customer-000000000000-{:05}", (i * 31) % 1_700).into_bytes();
+            (i, key, (i % 9 != 0).then(|| format!("s{i}").into_bytes()))
+        })
+        .collect();
+    let counter: Vec<Record> = (0..5_000i64)
+        .map(|i| {
+            (
+                i,
+                (i as u64 / 2).to_be_bytes().to_vec(),
+                Some(vec![(i % 251) as u8; 40]),
+            )
+        })
+        .collect();
+    let narrow_then_wide: Vec<Record> = (0..6_000i64)
+        .map(|i| {
+            let k = if i < 2_000 {
+                i % 50
+            } else {
+                (i * 7_919) % 100_000
+            };
+            (
+                i,
+                format!("{k:06}").into_bytes(),
+                (i % 5 != 0).then(|| vec![1; 20]),
+            )
+        })
+        .collect();
+    for records in [shared, counter, narrow_then_wide] {
+        restore_matches_the_model(&records, small_options());
+        restore_matches_the_model(&records, StoreOptions::default());
+    }
+}
+
+#[test]
+fn tiny_and_empty_restores_finish_cleanly() {
+    // Fewer records than decide the buckets, and none at all.
+    restore_matches_the_model(&changelog(7, 5, 3), StoreOptions::default());
+    restore_matches_the_model(&[], StoreOptions::default());
 }
 
 #[test]

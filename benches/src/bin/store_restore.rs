@@ -10,6 +10,7 @@
 //! offset order, i.e. unsorted). DIR defaults to the system temp directory.
 //! `WEIR_BENCH_EMPTY_ONLY=1` runs only the empty-store restore and prints the
 //! process CPU time it took (for profiling it, e.g. under `perf record`).
+//! `RUST_LOG=weir_store=debug` logs where the restore's time went.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -123,6 +124,7 @@ fn restore(
     if restorer.path() != expect {
         return Err(format!("expected {expect:?}, restorer chose {:?}", restorer.path()).into());
     }
+    let mut in_apply = Duration::ZERO;
     for (base, bytes) in chunks(stream, records) {
         let batch: Vec<ChangelogRecord<'_>> = bytes
             .chunks(RECORD_LEN)
@@ -133,9 +135,20 @@ fn restore(
                 value: Some(&r[KEY_LEN..]),
             })
             .collect();
+        let t = Instant::now();
         restorer.apply(&batch)?;
+        in_apply += t.elapsed();
     }
+    let before_finish = Instant::now();
     restorer.finish()?;
+    if std::env::var_os("WEIR_BENCH_PHASES").is_some() {
+        println!(
+            "  phases: {:.0?} in apply, {:.0?} before finish, {:.0?} in finish",
+            in_apply,
+            before_finish - start,
+            before_finish.elapsed()
+        );
+    }
     Ok(Figure {
         records,
         elapsed: start.elapsed(),
@@ -171,6 +184,11 @@ fn put_and_commit(
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
+    if std::env::var_os("RUST_LOG").is_some() {
+        tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+            .init();
+    }
     let mut args = std::env::args().skip(1);
     let records: usize = args
         .next()
@@ -190,7 +208,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     if std::env::var_os("WEIR_BENCH_EMPTY_ONLY").is_some() {
         // For profiling (e.g. under `perf record`): only the empty-store restore.
-        let task = TaskStore::open(dir.path().join("restore"), StoreOptions::default())?;
+        let mut options = StoreOptions::default();
+        if let Some(mb) = std::env::var("WEIR_BENCH_MEMORY_MB")
+            .ok()
+            .and_then(|v| v.parse::<usize>().ok())
+        {
+            options = options.with_restore_memory_bytes(mb << 20);
+        }
+        let task = TaskStore::open(dir.path().join("restore"), options)?;
         task.key_value_store("kv")?;
         let cpu = cpu_seconds();
         let empty = restore(&task, 1, 0, records, RestorePath::SortedRuns)?;

@@ -1,0 +1,648 @@
+//! Range-partitioned buffering of an empty-store restore.
+//!
+//! Changelog records arrive in offset order. Sorting them as whole runs means
+//! one random read per record when the sorted run is read, and on this kind of
+//! machine a record read that misses every cache costs more than writing it to
+//! the store. So records are put in key-range buckets as they arrive: the
+//! bucket bounds ([`Splitters`]) are quantiles of the first keys. A bucket of
+//! one generation holds a few hundred KiB, so sorting it later happens in
+//! cache, and the buckets, taken in order, are already in key order.
+//!
+//! Memory comes in slabs from a [`SlabPool`], whose thread touches every page
+//! of a new slab before handing it over, so the page faults of a large restore
+//! are taken off the thread that receives records. A generation's slabs go
+//! back to the pool once it has been spilled.
+//!
+//! Bucket bounds only decide where work is split, never what is written: with
+//! skewed keys, one bucket just gets larger and is sorted the slow way.
+
+use std::cmp::Ordering;
+use std::sync::mpsc::{Receiver, Sender, SyncSender, TryRecvError, channel, sync_channel};
+use std::thread::JoinHandle;
+
+use crate::sorted_run::{Decoded, HEADER_LEN, decode_record, key_prefix};
+
+/// How many first records decide the bucket bounds, per bucket.
+pub(crate) const SAMPLE_PER_BUCKET: usize = 32;
+/// Bits of the key prefix that index the bound lookup table.
+const TABLE_BITS: u32 = 12;
+/// Bytes of a page, touched once each when a slab is prepared.
+const PAGE_BYTES: usize = 4096;
+/// Values handed to fjall share buffers of about this size.
+const VALUE_BUFFER_BYTES: usize = 4 << 20;
+
+/// Sizes derived from the memory budget of one restore.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Layout {
+    /// Record bytes a generation holds before it is spilled.
+    pub(crate) generation_bytes: usize,
+    /// Memory is allocated in slabs of this size.
+    pub(crate) slab_bytes: usize,
+    /// A bucket takes memory from a slab in blocks of this size.
+    pub(crate) block_bytes: usize,
+    /// Buckets (key ranges) to aim for.
+    pub(crate) buckets: usize,
+}
+
+impl Layout {
+    /// Two generations (one filling, one being spilled) share `memory_bytes`.
+    pub(crate) fn for_memory(memory_bytes: usize) -> Self {
+        let generation_bytes = (memory_bytes / 2).max(16 << 10);
+        let slab_bytes = (generation_bytes / 16).clamp(4 << 10, 1 << 20);
+        let block_bytes = (slab_bytes / 16).clamp(256, 16 << 10);
+        let buckets = (generation_bytes / (16 * block_bytes)).clamp(4, 4096);
+        Self {
+            generation_bytes,
+            slab_bytes,
+            block_bytes,
+            buckets,
+        }
+    }
+}
+
+/// Key-range bounds: bucket `i` holds the keys `k` with
+/// `bound[i - 1] <= k < bound[i]`.
+#[derive(Debug, Clone)]
+pub(crate) struct Splitters {
+    prefixes: Vec<u128>,
+    keys: Vec<Vec<u8>>,
+    /// For each value of the top [`TABLE_BITS`] bits of a key prefix, the
+    /// bounds that share them: bounds before `.0` are below every such key,
+    /// bounds from `.1` on above.
+    table: Vec<(u32, u32)>,
+}
+
+impl Splitters {
+    /// Up to `buckets` ranges holding about as many of `keys` each.
+    pub(crate) fn from_sample(mut keys: Vec<&[u8]>, buckets: usize) -> Self {
+        keys.sort_unstable();
+        keys.dedup();
+        let n = buckets.max(1);
+        let mut bounds: Vec<Vec<u8>> = Vec::with_capacity(n);
+        for i in 1..n {
+            if let Some(key) = keys.get(i * keys.len() / n)
+                && bounds.last().is_none_or(|last| last.as_slice() < *key)
+            {
+                bounds.push(key.to_vec());
+            }
+        }
+        let prefixes: Vec<u128> = bounds.iter().map(|k| key_prefix(k)).collect();
+        let top = |p: u128| (p >> (128 - TABLE_BITS)) as usize;
+        let table = (0..1usize << TABLE_BITS)
+            .map(|t| {
+                let lo = prefixes.partition_point(|p| top(*p) < t);
+                let hi = prefixes.partition_point(|p| top(*p) <= t);
+                (
+                    u32::try_from(lo).unwrap_or(u32::MAX),
+                    u32::try_from(hi).unwrap_or(u32::MAX),
+                )
+            })
+            .collect();
+        Self {
+            prefixes,
+            keys: bounds,
+            table,
+        }
+    }
+
+    pub(crate) fn buckets(&self) -> usize {
+        self.keys.len() + 1
+    }
+
+    /// The bucket of `key`: the number of bounds at or below it.
+    pub(crate) fn bucket(&self, key: &[u8]) -> usize {
+        let prefix = key_prefix(key);
+        let t = (prefix >> (128 - TABLE_BITS)) as usize;
+        let (lo, hi) = self.table.get(t).copied().unwrap_or((0, 0));
+        let (mut lo, mut hi) = (lo as usize, (hi as usize).min(self.keys.len()));
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            let at_or_below = match self.prefixes[mid].cmp(&prefix) {
+                Ordering::Less => true,
+                Ordering::Greater => false,
+                Ordering::Equal => self.keys[mid].as_slice() <= key,
+            };
+            if at_or_below {
+                lo = mid + 1;
+            } else {
+                hi = mid;
+            }
+        }
+        lo
+    }
+}
+
+/// A slab of memory; its contents are whatever was last written.
+pub(crate) type Slab = Box<[u8]>;
+
+/// A new slab, its pages not touched yet.
+fn new_slab(bytes: usize) -> Slab {
+    vec![0u8; bytes].into_boxed_slice()
+}
+
+/// Hands out slabs whose pages are already touched, from a thread of its own,
+/// and takes spilled ones back for reuse.
+#[derive(Debug)]
+pub(crate) struct SlabPool {
+    slab_bytes: usize,
+    /// Slabs taken ready, and taken new because none was ready.
+    taken: std::cell::Cell<(u64, u64)>,
+    ready: Option<Receiver<Slab>>,
+    returns: Sender<Slab>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl SlabPool {
+    /// Keeps up to `ahead` slabs ready.
+    pub(crate) fn start(slab_bytes: usize, ahead: usize) -> std::io::Result<Self> {
+        let (ready_tx, ready) = sync_channel::<Slab>(ahead.max(1));
+        let (returns, returned) = channel::<Slab>();
+        let thread = std::thread::Builder::new()
+            .name("weir-restore-slabs".into())
+            .spawn(move || prepare_slabs(slab_bytes, &ready_tx, &returned))?;
+        Ok(Self {
+            slab_bytes,
+            taken: std::cell::Cell::new((0, 0)),
+            ready: Some(ready),
+            returns,
+            thread: Some(thread),
+        })
+    }
+
+    /// A ready slab, or a new untouched one if none is ready (never waits).
+    pub(crate) fn take(&self) -> Slab {
+        let (ready, new) = self.taken.get();
+        match self.ready.as_ref().map(Receiver::try_recv) {
+            Some(Ok(slab)) => {
+                self.taken.set((ready + 1, new));
+                slab
+            }
+            _ => {
+                self.taken.set((ready, new + 1));
+                new_slab(self.slab_bytes)
+            }
+        }
+    }
+
+    /// Slabs taken ready so far, and slabs made on the spot.
+    pub(crate) fn taken(&self) -> (u64, u64) {
+        self.taken.get()
+    }
+
+    /// Where spilled slabs go back to.
+    pub(crate) fn returns(&self) -> Sender<Slab> {
+        self.returns.clone()
+    }
+}
+
+impl Drop for SlabPool {
+    fn drop(&mut self) {
+        // Closing the ready channel stops the thread at its next send.
+        self.ready = None;
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+fn prepare_slabs(slab_bytes: usize, ready: &SyncSender<Slab>, returned: &Receiver<Slab>) {
+    loop {
+        let slab = match returned.try_recv() {
+            Ok(slab) if slab.len() == slab_bytes => slab,
+            Ok(_) => continue, // a dedicated slab of one large record
+            Err(TryRecvError::Empty | TryRecvError::Disconnected) => {
+                let mut slab = new_slab(slab_bytes);
+                // One write per page faults the page in here, not later on
+                // the thread that copies records into it.
+                for byte in slab.iter_mut().step_by(PAGE_BYTES) {
+                    *byte = 1;
+                }
+                slab
+            }
+        };
+        if ready.send(slab).is_err() {
+            return;
+        }
+    }
+}
+
+/// Where a block of a bucket lies.
+#[derive(Debug, Clone, Copy)]
+struct Extent {
+    slab: usize,
+    start: usize,
+    len: usize,
+    cap: usize,
+}
+
+/// The records of one generation, in buckets, each in arrival order.
+#[derive(Debug)]
+pub(crate) struct Generation {
+    layout: Layout,
+    slabs: Vec<Slab>,
+    /// The slab blocks are carved from, and the next free byte in it.
+    current: Option<usize>,
+    fill: usize,
+    buckets: Vec<Vec<Extent>>,
+    bytes: usize,
+    memory: usize,
+}
+
+impl Generation {
+    pub(crate) fn new(layout: Layout, buckets: usize) -> Self {
+        Self {
+            layout,
+            slabs: Vec::new(),
+            current: None,
+            fill: 0,
+            buckets: vec![Vec::new(); buckets.max(1)],
+            bytes: 0,
+            memory: 0,
+        }
+    }
+
+    pub(crate) fn buckets(&self) -> usize {
+        self.buckets.len()
+    }
+
+    /// Memory taken, in slab bytes.
+    pub(crate) fn memory_bytes(&self) -> usize {
+        self.memory
+    }
+
+    /// Encoded record bytes held.
+    pub(crate) fn record_bytes(&self) -> usize {
+        self.bytes
+    }
+
+    /// Whether the generation has taken more than its share of memory (it
+    /// overshoots by at most the slab it is filling).
+    pub(crate) fn is_full(&self) -> bool {
+        self.memory_bytes() > self.layout.generation_bytes
+    }
+
+    /// Appends a record to `bucket` (callers have checked sizes, see
+    /// `kv::check_entry`).
+    pub(crate) fn push(
+        &mut self,
+        bucket: usize,
+        key: &[u8],
+        value: Option<&[u8]>,
+        pool: &SlabPool,
+    ) {
+        let len = HEADER_LEN + key.len() + value.map_or(0, <[u8]>::len);
+        let bucket = bucket.min(self.buckets.len() - 1);
+        let fits = self.buckets[bucket]
+            .last()
+            .is_some_and(|e| e.len + len <= e.cap);
+        if !fits {
+            let extent = self.new_block(len, pool);
+            self.buckets[bucket].push(extent);
+        }
+        let Some(extent) = self.buckets[bucket].last_mut() else {
+            return; // cannot happen: a block was just added
+        };
+        let at = extent.start + extent.len;
+        extent.len += len;
+        if let Some(out) = self
+            .slabs
+            .get_mut(extent.slab)
+            .and_then(|s| s.get_mut(at..at + len))
+        {
+            write_record(out, key, value);
+        }
+        self.bytes += len;
+    }
+
+    fn new_block(&mut self, len: usize, pool: &SlabPool) -> Extent {
+        if len > self.layout.block_bytes {
+            // A record larger than a block gets a slab of its own.
+            self.slabs.push(new_slab(len));
+            self.memory += len;
+            return Extent {
+                slab: self.slabs.len() - 1,
+                start: 0,
+                len: 0,
+                cap: len,
+            };
+        }
+        let room = self
+            .current
+            .map_or(0, |_| self.layout.slab_bytes.saturating_sub(self.fill));
+        let slab = match self.current {
+            Some(slab) if room >= self.layout.block_bytes => slab,
+            _ => {
+                let slab = pool.take();
+                self.memory += slab.len();
+                self.slabs.push(slab);
+                self.current = Some(self.slabs.len() - 1);
+                self.fill = 0;
+                self.slabs.len() - 1
+            }
+        };
+        let start = self.fill;
+        self.fill += self.layout.block_bytes;
+        Extent {
+            slab,
+            start,
+            len: 0,
+            cap: self.layout.block_bytes,
+        }
+    }
+
+    /// Bytes of records in `bucket`.
+    pub(crate) fn bucket_bytes(&self, bucket: usize) -> usize {
+        self.buckets
+            .get(bucket)
+            .map_or(0, |b| b.iter().map(|e| e.len).sum())
+    }
+
+    /// Leaves in `index` the records of `bucket` in key order, one per key
+    /// (its last write), as (key prefix, position).
+    fn sorted_index(&self, bucket: usize, index: &mut Vec<(u128, u64)>) {
+        index.clear();
+        let Some(extents) = self.buckets.get(bucket) else {
+            return;
+        };
+        // Positions are slab << 32 | offset: slabs and offsets grow with
+        // arrival time within a bucket.
+        for e in extents {
+            let Some(block) = self
+                .slabs
+                .get(e.slab)
+                .and_then(|s| s.get(e.start..e.start + e.len))
+            else {
+                continue;
+            };
+            let mut pos = 0;
+            while let Some(rest) = block.get(pos..).filter(|r| !r.is_empty()) {
+                let Decoded::Record(layout) = decode_record(rest) else {
+                    break; // cannot happen: the block holds what `push` wrote
+                };
+                let key = rest
+                    .get(HEADER_LEN..HEADER_LEN + layout.key_len)
+                    .unwrap_or_default();
+                index.push((key_prefix(key), pack(e.slab, e.start + pos)));
+                pos += layout.len();
+            }
+        }
+        // A stable sort keeps arrival order among equal prefixes; keys longer
+        // than the prefix that share it are then ordered by their bytes,
+        // stably again.
+        index.sort_by_key(|e| e.0);
+        let mut i = 0;
+        while i < index.len() {
+            let prefix = index[i].0;
+            let same = index[i..].iter().take_while(|e| e.0 == prefix).count();
+            if same > 1 {
+                index[i..i + same]
+                    .sort_by(|a, b| key_of(self.record(a.1)).cmp(key_of(self.record(b.1))));
+            }
+            i += same;
+        }
+        // Keep the last write of each key.
+        let mut kept = 0;
+        for i in 0..index.len() {
+            let entry = index[i];
+            if let Some(next) = index.get(i + 1)
+                && next.0 == entry.0
+                && key_of(self.record(next.1)) == key_of(self.record(entry.1))
+            {
+                continue; // a newer write of the same key follows
+            }
+            index[kept] = entry;
+            kept += 1;
+        }
+        index.truncate(kept);
+    }
+
+    /// The encoded record at a position of [`Self::sorted_index`].
+    fn record(&self, at: u64) -> &[u8] {
+        let (slab, offset) = unpack(at);
+        let rest = self
+            .slabs
+            .get(slab)
+            .and_then(|s| s.get(offset..))
+            .unwrap_or_default();
+        match decode_record(rest) {
+            Decoded::Record(layout) => rest.get(..layout.len()).unwrap_or_default(),
+            _ => &[],
+        }
+    }
+
+    /// Hands the records of `bucket` to `emit` in key order, encoded, keeping
+    /// the last write of each key and dropping tombstones if asked. `index`
+    /// is scratch space. Returns the records emitted.
+    pub(crate) fn sort_bucket<E>(
+        &self,
+        bucket: usize,
+        drop_tombstones: bool,
+        index: &mut Vec<(u128, u64)>,
+        mut emit: impl FnMut(&[u8]) -> Result<(), E>,
+    ) -> Result<u64, E> {
+        self.sorted_index(bucket, index);
+        let mut emitted = 0;
+        for &(_, at) in index.iter() {
+            let record = self.record(at);
+            if drop_tombstones && split_record(record).1.is_none() {
+                continue;
+            }
+            emit(record)?;
+            emitted += 1;
+        }
+        Ok(emitted)
+    }
+
+    /// Hands the live records of `bucket` to `emit` in key order, each value
+    /// as a [`fjall::Slice`] sharing one buffer per few MiB of values, so that
+    /// fjall takes them without an allocation and a copy per value. Tombstones
+    /// are dropped: for the last write to the store, when nothing older
+    /// exists. Returns the records emitted.
+    pub(crate) fn ingest_bucket<E>(
+        &self,
+        bucket: usize,
+        index: &mut Vec<(u128, u64)>,
+        mut emit: impl FnMut(&[u8], fjall::Slice) -> Result<(), E>,
+    ) -> Result<u64, E> {
+        self.sorted_index(bucket, index);
+        let mut emitted = 0;
+        let mut start = 0;
+        while start < index.len() {
+            // The values of the next records, up to a few MiB, in one buffer.
+            let mut bytes = 0usize;
+            let mut end = start;
+            while let Some(&(_, at)) = index.get(end) {
+                let len = split_record(self.record(at)).1.map_or(0, <[u8]>::len);
+                if end > start && bytes + len > VALUE_BUFFER_BYTES {
+                    break;
+                }
+                bytes += len;
+                end += 1;
+            }
+            let mut buffer = byteview::ByteView::with_size(bytes);
+            if let Some(mut out) = buffer.get_mut() {
+                let mut at_byte = 0;
+                for &(_, at) in &index[start..end] {
+                    if let Some(value) = split_record(self.record(at)).1 {
+                        if let Some(dst) = out.get_mut(at_byte..at_byte + value.len()) {
+                            dst.copy_from_slice(value);
+                        }
+                        at_byte += value.len();
+                    }
+                }
+            }
+            let mut at_byte = 0;
+            for &(_, at) in &index[start..end] {
+                let (key, value) = split_record(self.record(at));
+                let Some(value) = value else {
+                    continue;
+                };
+                let slice = buffer.slice(at_byte..at_byte + value.len());
+                at_byte += value.len();
+                emit(key, fjall::Slice::from(slice))?;
+                emitted += 1;
+            }
+            start = end;
+        }
+        Ok(emitted)
+    }
+
+    /// Gives the slabs back for reuse.
+    pub(crate) fn recycle(self, returns: &Sender<Slab>) {
+        for slab in self.slabs {
+            if returns.send(slab).is_err() {
+                return;
+            }
+        }
+    }
+}
+
+fn pack(slab: usize, offset: usize) -> u64 {
+    ((slab as u64) << 32) | (offset as u64 & u64::from(u32::MAX))
+}
+
+fn unpack(at: u64) -> (usize, usize) {
+    ((at >> 32) as usize, (at & u64::from(u32::MAX)) as usize)
+}
+
+/// The key of the encoded record at the start of `bytes`.
+fn key_of(bytes: &[u8]) -> &[u8] {
+    split_record(bytes).0
+}
+
+/// The key and value (`None` for a tombstone) of an encoded record.
+pub(crate) fn split_record(record: &[u8]) -> (&[u8], Option<&[u8]>) {
+    match decode_record(record) {
+        Decoded::Record(layout) => {
+            let start = HEADER_LEN + layout.key_len;
+            let key = record.get(HEADER_LEN..start).unwrap_or_default();
+            let value = layout.value_len.and_then(|n| record.get(start..start + n));
+            (key, value)
+        }
+        _ => (&[], None),
+    }
+}
+
+/// Encodes one record into `out`, which has exactly its length.
+fn write_record(out: &mut [u8], key: &[u8], value: Option<&[u8]>) {
+    let (kind, value) = match value {
+        Some(v) => (1u8, v),
+        None => (0u8, &[][..]),
+    };
+    let key_len = u16::try_from(key.len()).unwrap_or(u16::MAX);
+    let value_len = u32::try_from(value.len()).unwrap_or(u32::MAX);
+    let (header, rest) = out.split_at_mut(HEADER_LEN.min(out.len()));
+    if let [k, a, b, c, d, e, f] = header {
+        *k = kind;
+        [*a, *b] = key_len.to_le_bytes();
+        [*c, *d, *e, *f] = value_len.to_le_bytes();
+    }
+    let (key_out, value_out) = rest.split_at_mut(key.len().min(rest.len()));
+    key_out.copy_from_slice(&key[..key_out.len()]);
+    let n = value_out.len().min(value.len());
+    value_out[..n].copy_from_slice(&value[..n]);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sorted_run::encode_record;
+
+    #[test]
+    fn buckets_follow_key_order_and_bounds() {
+        let keys: Vec<Vec<u8>> = (0..1000u32)
+            .map(|i| (i * 7).to_be_bytes().to_vec())
+            .collect();
+        let s = Splitters::from_sample(keys.iter().map(Vec::as_slice).collect(), 8);
+        assert_eq!(s.buckets(), 8);
+        let mut last = 0;
+        for i in 0..10_000u32 {
+            let b = s.bucket(&i.to_be_bytes());
+            assert!(b >= last, "bucket order broken at {i}");
+            last = b;
+        }
+        assert_eq!(last, 7);
+        // A bound itself belongs to the bucket it opens.
+        for (i, bound) in s.keys.iter().enumerate() {
+            assert_eq!(s.bucket(bound), i + 1);
+        }
+    }
+
+    #[test]
+    fn keys_sharing_long_prefixes_are_bucketed_by_their_bytes() {
+        let keys: Vec<Vec<u8>> = (0..400u32)
+            .map(|i| format!("customer-000000000-{i:05}").into_bytes())
+            .collect();
+        let s = Splitters::from_sample(keys.iter().map(Vec::as_slice).collect(), 4);
+        assert_eq!(s.buckets(), 4);
+        let buckets: Vec<usize> = keys.iter().map(|k| s.bucket(k)).collect();
+        assert!(buckets.windows(2).all(|w| w[0] <= w[1]));
+        assert_eq!((buckets[0], buckets[399]), (0, 3));
+        // Shorter keys and keys outside the sample still land in order.
+        assert_eq!(s.bucket(b"a"), 0);
+        assert_eq!(s.bucket(b"customer-000000000-"), 0);
+        assert_eq!(s.bucket(b"z"), 3);
+    }
+
+    #[test]
+    fn a_generation_sorts_each_bucket_keeping_the_last_write() {
+        let layout = Layout::for_memory(64 << 10);
+        let pool = SlabPool::start(layout.slab_bytes, 2).unwrap();
+        let keys: Vec<Vec<u8>> = (0..50u32).map(|i| vec![b'k', (i * 5) as u8]).collect();
+        let s = Splitters::from_sample(keys.iter().map(Vec::as_slice).collect(), 4);
+        let mut g = Generation::new(layout, s.buckets());
+        let mut model = std::collections::BTreeMap::new();
+        for round in 0..40u32 {
+            for k in &keys {
+                let value =
+                    (round % 7 != 3).then(|| vec![round as u8; 1 + (round as usize * 13) % 900]);
+                g.push(s.bucket(k), k, value.as_deref(), &pool);
+                model.insert(k.clone(), value);
+            }
+        }
+        let big = vec![9u8; layout.block_bytes * 3];
+        g.push(s.bucket(b"k\x07"), b"k\x07", Some(&big), &pool);
+        model.insert(b"k\x07".to_vec(), Some(big));
+        for drop in [false, true] {
+            let mut out = Vec::new();
+            let mut index = Vec::new();
+            for b in 0..g.buckets() {
+                g.sort_bucket(b, drop, &mut index, |r| {
+                    out.extend_from_slice(r);
+                    Ok::<(), ()>(())
+                })
+                .unwrap();
+            }
+            let mut expected = Vec::new();
+            for (k, v) in &model {
+                if !(drop && v.is_none()) {
+                    encode_record(&mut expected, k, v.as_deref());
+                }
+            }
+            assert!(
+                out == expected,
+                "bucket sort differs from the model (drop {drop})"
+            );
+        }
+    }
+}
