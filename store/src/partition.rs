@@ -357,77 +357,18 @@ impl Generation {
             .map_or(0, |b| b.iter().map(|e| e.len).sum())
     }
 
-    /// Leaves in `index` the records of `bucket` in key order, one per key
-    /// (its last write), as (key prefix, position).
-    fn sorted_index(&self, bucket: usize, index: &mut Vec<(u128, u64)>) {
-        index.clear();
-        let Some(extents) = self.buckets.get(bucket) else {
-            return;
-        };
-        // Positions are slab << 32 | offset: slabs and offsets grow with
-        // arrival time within a bucket.
-        for e in extents {
-            let Some(block) = self
-                .slabs
-                .get(e.slab)
-                .and_then(|s| s.get(e.start..e.start + e.len))
-            else {
-                continue;
-            };
-            let mut pos = 0;
-            while let Some(rest) = block.get(pos..).filter(|r| !r.is_empty()) {
-                let Decoded::Record(layout) = decode_record(rest) else {
-                    break; // cannot happen: the block holds what `push` wrote
-                };
-                let key = rest
-                    .get(HEADER_LEN..HEADER_LEN + layout.key_len)
-                    .unwrap_or_default();
-                index.push((key_prefix(key), pack(e.slab, e.start + pos)));
-                pos += layout.len();
-            }
-        }
-        // A stable sort keeps arrival order among equal prefixes; keys longer
-        // than the prefix that share it are then ordered by their bytes,
-        // stably again.
-        index.sort_by_key(|e| e.0);
-        let mut i = 0;
-        while i < index.len() {
-            let prefix = index[i].0;
-            let same = index[i..].iter().take_while(|e| e.0 == prefix).count();
-            if same > 1 {
-                index[i..i + same]
-                    .sort_by(|a, b| key_of(self.record(a.1)).cmp(key_of(self.record(b.1))));
-            }
-            i += same;
-        }
-        // Keep the last write of each key.
-        let mut kept = 0;
-        for i in 0..index.len() {
-            let entry = index[i];
-            if let Some(next) = index.get(i + 1)
-                && next.0 == entry.0
-                && key_of(self.record(next.1)) == key_of(self.record(entry.1))
-            {
-                continue; // a newer write of the same key follows
-            }
-            index[kept] = entry;
-            kept += 1;
-        }
-        index.truncate(kept);
-    }
-
-    /// The encoded record at a position of [`Self::sorted_index`].
-    fn record(&self, at: u64) -> &[u8] {
-        let (slab, offset) = unpack(at);
-        let rest = self
-            .slabs
-            .get(slab)
-            .and_then(|s| s.get(offset..))
-            .unwrap_or_default();
-        match decode_record(rest) {
-            Decoded::Record(layout) => rest.get(..layout.len()).unwrap_or_default(),
-            _ => &[],
-        }
+    /// The blocks of `bucket`, in arrival order.
+    pub(crate) fn blocks(&self, bucket: usize) -> Vec<&[u8]> {
+        self.buckets.get(bucket).map_or_else(Vec::new, |extents| {
+            extents
+                .iter()
+                .filter_map(|e| {
+                    self.slabs
+                        .get(e.slab)
+                        .and_then(|s| s.get(e.start..e.start + e.len))
+                })
+                .collect()
+        })
     }
 
     /// Hands the records of `bucket` to `emit` in key order, encoded, keeping
@@ -440,69 +381,16 @@ impl Generation {
         index: &mut Vec<(u128, u64)>,
         mut emit: impl FnMut(&[u8]) -> Result<(), E>,
     ) -> Result<u64, E> {
-        self.sorted_index(bucket, index);
+        let blocks = self.blocks(bucket);
+        sort_blocks(&blocks, index);
         let mut emitted = 0;
         for &(_, at) in index.iter() {
-            let record = self.record(at);
+            let record = record_at(&blocks, at);
             if drop_tombstones && split_record(record).1.is_none() {
                 continue;
             }
             emit(record)?;
             emitted += 1;
-        }
-        Ok(emitted)
-    }
-
-    /// Hands the live records of `bucket` to `emit` in key order, each value
-    /// as a [`fjall::Slice`] sharing one buffer per few MiB of values, so that
-    /// fjall takes them without an allocation and a copy per value. Tombstones
-    /// are dropped: for the last write to the store, when nothing older
-    /// exists. Returns the records emitted.
-    pub(crate) fn ingest_bucket<E>(
-        &self,
-        bucket: usize,
-        index: &mut Vec<(u128, u64)>,
-        mut emit: impl FnMut(&[u8], fjall::Slice) -> Result<(), E>,
-    ) -> Result<u64, E> {
-        self.sorted_index(bucket, index);
-        let mut emitted = 0;
-        let mut start = 0;
-        while start < index.len() {
-            // The values of the next records, up to a few MiB, in one buffer.
-            let mut bytes = 0usize;
-            let mut end = start;
-            while let Some(&(_, at)) = index.get(end) {
-                let len = split_record(self.record(at)).1.map_or(0, <[u8]>::len);
-                if end > start && bytes + len > VALUE_BUFFER_BYTES {
-                    break;
-                }
-                bytes += len;
-                end += 1;
-            }
-            let mut buffer = byteview::ByteView::with_size(bytes);
-            if let Some(mut out) = buffer.get_mut() {
-                let mut at_byte = 0;
-                for &(_, at) in &index[start..end] {
-                    if let Some(value) = split_record(self.record(at)).1 {
-                        if let Some(dst) = out.get_mut(at_byte..at_byte + value.len()) {
-                            dst.copy_from_slice(value);
-                        }
-                        at_byte += value.len();
-                    }
-                }
-            }
-            let mut at_byte = 0;
-            for &(_, at) in &index[start..end] {
-                let (key, value) = split_record(self.record(at));
-                let Some(value) = value else {
-                    continue;
-                };
-                let slice = buffer.slice(at_byte..at_byte + value.len());
-                at_byte += value.len();
-                emit(key, fjall::Slice::from(slice))?;
-                emitted += 1;
-            }
-            start = end;
         }
         Ok(emitted)
     }
@@ -515,6 +403,121 @@ impl Generation {
             }
         }
     }
+}
+
+/// Leaves in `index` the records of `blocks` in key order, one per key (its
+/// last write), as (key prefix, block << 32 | offset). Blocks are in arrival
+/// order, and so are the records within a block.
+pub(crate) fn sort_blocks(blocks: &[&[u8]], index: &mut Vec<(u128, u64)>) {
+    index.clear();
+    for (b, block) in blocks.iter().enumerate() {
+        let mut pos = 0;
+        while let Some(rest) = block.get(pos..).filter(|r| !r.is_empty()) {
+            let Decoded::Record(layout) = decode_record(rest) else {
+                break; // cannot happen: blocks hold whole encoded records
+            };
+            let key = rest
+                .get(HEADER_LEN..HEADER_LEN + layout.key_len)
+                .unwrap_or_default();
+            index.push((key_prefix(key), pack(b, pos)));
+            pos += layout.len();
+        }
+    }
+    // A stable sort keeps arrival order among equal prefixes; keys longer
+    // than the prefix that share it are then ordered by their bytes, stably
+    // again.
+    index.sort_by_key(|e| e.0);
+    let key = |at: u64| key_of(record_at(blocks, at));
+    let mut i = 0;
+    while i < index.len() {
+        let prefix = index[i].0;
+        let same = index[i..].iter().take_while(|e| e.0 == prefix).count();
+        if same > 1 {
+            index[i..i + same].sort_by(|a, b| key(a.1).cmp(key(b.1)));
+        }
+        i += same;
+    }
+    // Keep the last write of each key.
+    let mut kept = 0;
+    for i in 0..index.len() {
+        let entry = index[i];
+        if let Some(next) = index.get(i + 1)
+            && next.0 == entry.0
+            && key(next.1) == key(entry.1)
+        {
+            continue; // a newer write of the same key follows
+        }
+        index[kept] = entry;
+        kept += 1;
+    }
+    index.truncate(kept);
+}
+
+/// The encoded record at a position of [`sort_blocks`].
+pub(crate) fn record_at<'a>(blocks: &[&'a [u8]], at: u64) -> &'a [u8] {
+    let (block, offset) = unpack(at);
+    let rest = blocks
+        .get(block)
+        .and_then(|b| b.get(offset..))
+        .unwrap_or_default();
+    match decode_record(rest) {
+        Decoded::Record(layout) => rest.get(..layout.len()).unwrap_or_default(),
+        _ => &[],
+    }
+}
+
+/// Hands the live records of a [`sort_blocks`] index to `emit` in key order,
+/// each value as a [`fjall::Slice`] sharing one buffer per few MiB of
+/// values, so that fjall takes them without an allocation and a copy per
+/// value. Tombstones are dropped: this is for the last write to the store,
+/// when nothing older exists. Returns the records emitted.
+pub(crate) fn emit_live<E>(
+    blocks: &[&[u8]],
+    index: &[(u128, u64)],
+    mut emit: impl FnMut(&[u8], fjall::Slice) -> Result<(), E>,
+) -> Result<u64, E> {
+    let value_of = |at: u64| split_record(record_at(blocks, at)).1;
+    let mut emitted = 0;
+    let mut start = 0;
+    while start < index.len() {
+        // The values of the next records, up to a few MiB, in one buffer.
+        let mut bytes = 0usize;
+        let mut end = start;
+        while let Some(&(_, at)) = index.get(end) {
+            let len = value_of(at).map_or(0, <[u8]>::len);
+            if end > start && bytes + len > VALUE_BUFFER_BYTES {
+                break;
+            }
+            bytes += len;
+            end += 1;
+        }
+        let mut buffer = byteview::ByteView::with_size(bytes);
+        if let Some(mut out) = buffer.get_mut() {
+            let mut filled = 0;
+            for value in index[start..end].iter().filter_map(|&(_, at)| value_of(at)) {
+                if let Some(dst) = out.get_mut(filled..filled + value.len()) {
+                    dst.copy_from_slice(value);
+                }
+                filled += value.len();
+            }
+        }
+        let mut taken = 0;
+        for &(_, at) in &index[start..end] {
+            let (key, value) = split_record(record_at(blocks, at));
+            let Some(value) = value else {
+                continue;
+            };
+            if taken + value.len() > buffer.len() {
+                break; // cannot happen: the buffer was sized for these values
+            }
+            let shared = buffer.slice(taken..taken + value.len());
+            taken += value.len();
+            emit(key, fjall::Slice::from(shared))?;
+            emitted += 1;
+        }
+        start = end;
+    }
+    Ok(emitted)
 }
 
 fn pack(slab: usize, offset: usize) -> u64 {

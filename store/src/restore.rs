@@ -371,11 +371,15 @@ impl ChangelogRestorer {
                     return Err(StoreError::UnknownStore(self.store.clone()));
                 };
                 let spilled = spill.as_ref().map(Spill::generations).unwrap_or_default();
+                let options = &self.task.inner.options;
+                // Each writer may hold one bucket of every generation.
+                let read_bucket_bytes = (options.restore_memory_bytes / 8) as u64;
                 let written = ingest_generations(
                     &spilled,
                     &buckets.generation,
                     keyspace,
-                    self.task.inner.options.restore_threads,
+                    options.restore_threads,
+                    read_bucket_bytes,
                     self.task.path(),
                 )?;
                 let merged = started.elapsed();

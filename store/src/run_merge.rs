@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicUsize, Ordering as AtomicOrdering};
 use std::time::Instant;
 
 use crate::error::{Result, StoreError};
-use crate::partition::Generation;
+use crate::partition::{Generation, emit_live, sort_blocks};
 use crate::sorted_run::{Decoded, HEADER_LEN, RecordLayout, decode_record, key_prefix};
 use crate::spill::SpilledGeneration;
 
@@ -321,13 +321,16 @@ pub(crate) fn bucket_ranges(sizes: &[u64], parts: usize) -> Vec<Range<usize>> {
 
 /// Writes the restore's records into `keyspace`: the spilled generations
 /// (oldest first) and the one still in memory (newest), bucket by bucket, as
-/// one fjall ingestion per range of buckets, on up to `threads` threads (the
-/// caller's among them). Returns the records written.
+/// one fjall ingestion per range of buckets, on `threads` cores (the caller's
+/// thread among the writers). A bucket whose writes over all generations
+/// take at most `read_bucket_bytes` is read into memory and sorted there;
+/// a larger one is merged from the files. Returns the records written.
 pub(crate) fn ingest_generations(
     spilled: &[&SpilledGeneration],
     memory: &Generation,
     keyspace: &fjall::Keyspace,
     threads: usize,
+    read_bucket_bytes: u64,
     db_path: &Path,
 ) -> Result<u64> {
     let buckets = memory.buckets();
@@ -354,17 +357,37 @@ pub(crate) fn ingest_generations(
         let mut index = Vec::new();
         let mut sorted = Vec::new();
         let mut written = 0;
+        let mut write = |key: &[u8], value: fjall::Slice| {
+            ingestion
+                .write(key, value)
+                .map_err(engine("ingesting restored records"))
+        };
+        // The spilled files, opened once per range, and a buffer for each.
+        let mut files = spilled
+            .iter()
+            .map(|g| {
+                File::open(g.path())
+                    .map(|f| (f, Vec::new()))
+                    .map_err(|e| StoreError::io(g.path(), e))
+            })
+            .collect::<Result<Vec<_>>>()?;
         for bucket in range.clone() {
-            if spilled.is_empty() {
-                // Nothing older exists and the store was empty: the sorted
-                // bucket goes straight in, without its tombstones.
-                written += memory.ingest_bucket(bucket, &mut index, |key, value| {
-                    ingestion
-                        .write(key, value)
-                        .map_err(engine("ingesting restored records"))
-                })?;
+            let bytes = sizes.get(bucket).copied().unwrap_or(0);
+            if spilled.is_empty() || bytes <= read_bucket_bytes {
+                // Every write of the bucket, oldest first: the spilled files
+                // in order, then the generation in memory. Nothing older
+                // exists and the store was empty, so tombstones are dropped.
+                let mut blocks: Vec<&[u8]> = Vec::with_capacity(files.len() + 1);
+                for ((file, buf), generation) in files.iter_mut().zip(spilled) {
+                    generation.read_bucket(bucket, file, buf)?;
+                }
+                blocks.extend(files.iter().map(|(_, buf)| buf.as_slice()));
+                blocks.extend(memory.blocks(bucket));
+                sort_blocks(&blocks, &mut index);
+                written += emit_live(&blocks, &index, &mut write)?;
                 continue;
             }
+            // A bucket too large to hold at once is merged from the files.
             sorted.clear();
             memory.sort_bucket(bucket, false, &mut index, |record| {
                 sorted.extend_from_slice(record);
@@ -374,9 +397,7 @@ pub(crate) fn ingest_generations(
                 spilled.iter().filter_map(|g| g.segment(bucket)).collect();
             segments.push(Segment::Memory(&sorted));
             written += merge_segments(&segments, true, |key, value| match value {
-                Some(v) => ingestion
-                    .write(key, v)
-                    .map_err(engine("ingesting restored records")),
+                Some(v) => write(key, fjall::Slice::from(v)),
                 None => Ok(()),
             })?;
         }

@@ -10,8 +10,8 @@
 //! says so), and `TaskStore::open` deletes the directory.
 
 use std::fs::File;
-use std::io::{BufWriter, Write};
-use std::path::PathBuf;
+use std::io::{BufWriter, Read, Seek, SeekFrom, Write};
+use std::path::{Path, PathBuf};
 
 use crate::error::{Result, StoreError};
 use crate::partition::Generation;
@@ -42,6 +42,28 @@ impl SpilledGeneration {
             (Some(start), Some(end)) => end.saturating_sub(*start),
             _ => 0,
         }
+    }
+
+    /// The file.
+    pub(crate) fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Reads the records of `bucket` from `file` (this generation's file)
+    /// into `buf`, replacing what it held.
+    pub(crate) fn read_bucket(
+        &self,
+        bucket: usize,
+        file: &mut File,
+        buf: &mut Vec<u8>,
+    ) -> Result<()> {
+        let len = usize::try_from(self.bucket_len(bucket)).unwrap_or(usize::MAX);
+        let start = self.offsets.get(bucket).copied().unwrap_or(0);
+        buf.clear();
+        buf.resize(len, 0);
+        file.seek(SeekFrom::Start(start))
+            .and_then(|_| file.read_exact(buf))
+            .map_err(|e| StoreError::io(&self.path, e))
     }
 
     /// The sorted records of `bucket`, if it has any.

@@ -258,6 +258,25 @@ fn restore_matches_the_model(records: &[Record], options: StoreOptions) {
     assert_eq!(contents(&task, "kv"), model(records));
 }
 
+/// Memory budgets that take each way through an empty-store restore: many
+/// spilled generations with buckets merged from the files; a few with
+/// buckets read back into memory; one generation that is never spilled.
+fn all_memory_budgets() -> [StoreOptions; 3] {
+    [
+        small_options(),
+        StoreOptions::default().with_restore_memory_bytes(256 << 10),
+        StoreOptions::default(),
+    ]
+}
+
+#[test]
+fn every_way_through_a_bulk_restore_gives_the_changelog_state() {
+    let records = changelog(20_000, 3_000, 13);
+    for options in all_memory_budgets() {
+        restore_matches_the_model(&records, options);
+    }
+}
+
 #[test]
 fn skewed_keys_restore_intact_whatever_the_buckets() {
     // Buckets are cut from the first keys. Keys that all share a prefix
@@ -294,8 +313,9 @@ fn skewed_keys_restore_intact_whatever_the_buckets() {
         })
         .collect();
     for records in [shared, counter, narrow_then_wide] {
-        restore_matches_the_model(&records, small_options());
-        restore_matches_the_model(&records, StoreOptions::default());
+        for options in all_memory_budgets() {
+            restore_matches_the_model(&records, options);
+        }
     }
 }
 

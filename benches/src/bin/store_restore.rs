@@ -10,7 +10,10 @@
 //! offset order, i.e. unsorted). DIR defaults to the system temp directory.
 //! `WEIR_BENCH_EMPTY_ONLY=1` runs only the empty-store restore and prints the
 //! process CPU time it took (for profiling it, e.g. under `perf record`).
-//! `RUST_LOG=weir_store=debug` logs where the restore's time went.
+//! With it, `WEIR_BENCH_MEMORY_MB=N` sets the restore's memory budget.
+//! `WEIR_BENCH_PHASES=1` prints the time spent in `apply`, before `finish`
+//! and in `finish`; `RUST_LOG=weir_store=debug` logs where the restore's
+//! time went.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -143,10 +146,10 @@ fn restore(
     restorer.finish()?;
     if std::env::var_os("WEIR_BENCH_PHASES").is_some() {
         println!(
-            "  phases: {:.0?} in apply, {:.0?} before finish, {:.0?} in finish",
-            in_apply,
-            before_finish - start,
-            before_finish.elapsed()
+            "  phases: {}ms in apply, {}ms before finish, {}ms in finish",
+            in_apply.as_millis(),
+            (before_finish - start).as_millis(),
+            before_finish.elapsed().as_millis()
         );
     }
     Ok(Figure {
