@@ -423,10 +423,10 @@ pub(crate) fn sort_blocks(blocks: &[&[u8]], index: &mut Vec<(u128, u64)>) {
             pos += layout.len();
         }
     }
-    // A stable sort keeps arrival order among equal prefixes; keys longer
-    // than the prefix that share it are then ordered by their bytes, stably
-    // again.
-    index.sort_by_key(|e| e.0);
+    // Positions grow with arrival time, so sorting by (prefix, position)
+    // keeps arrival order among equal prefixes; keys longer than the prefix
+    // that share it are then ordered by their bytes, stably.
+    index.sort_unstable();
     let key = |at: u64| key_of(record_at(blocks, at));
     let mut i = 0;
     while i < index.len() {
@@ -476,25 +476,30 @@ pub(crate) fn emit_live<E>(
     index: &[(u128, u64)],
     mut emit: impl FnMut(&[u8], fjall::Slice) -> Result<(), E>,
 ) -> Result<u64, E> {
-    let value_of = |at: u64| split_record(record_at(blocks, at)).1;
+    let mut live: Vec<(&[u8], &[u8])> = Vec::new();
     let mut emitted = 0;
-    let mut start = 0;
-    while start < index.len() {
-        // The values of the next records, up to a few MiB, in one buffer.
+    let mut next = index.iter();
+    loop {
+        // The next live records, up to a few MiB of values.
+        live.clear();
         let mut bytes = 0usize;
-        let mut end = start;
-        while let Some(&(_, at)) = index.get(end) {
-            let len = value_of(at).map_or(0, <[u8]>::len);
-            if end > start && bytes + len > VALUE_BUFFER_BYTES {
-                break;
+        for &(_, at) in next.by_ref() {
+            if let (key, Some(value)) = split_record(record_at(blocks, at)) {
+                bytes += value.len();
+                live.push((key, value));
+                if bytes >= VALUE_BUFFER_BYTES {
+                    break;
+                }
             }
-            bytes += len;
-            end += 1;
         }
+        if live.is_empty() {
+            return Ok(emitted);
+        }
+        // Their values in one buffer, which the slices handed out share.
         let mut buffer = byteview::ByteView::with_size(bytes);
         if let Some(mut out) = buffer.get_mut() {
             let mut filled = 0;
-            for value in index[start..end].iter().filter_map(|&(_, at)| value_of(at)) {
+            for (_, value) in &live {
                 if let Some(dst) = out.get_mut(filled..filled + value.len()) {
                     dst.copy_from_slice(value);
                 }
@@ -502,11 +507,7 @@ pub(crate) fn emit_live<E>(
             }
         }
         let mut taken = 0;
-        for &(_, at) in &index[start..end] {
-            let (key, value) = split_record(record_at(blocks, at));
-            let Some(value) = value else {
-                continue;
-            };
+        for (key, value) in &live {
             if taken + value.len() > buffer.len() {
                 break; // cannot happen: the buffer was sized for these values
             }
@@ -515,9 +516,7 @@ pub(crate) fn emit_live<E>(
             emit(key, fjall::Slice::from(shared))?;
             emitted += 1;
         }
-        start = end;
     }
-    Ok(emitted)
 }
 
 fn pack(slab: usize, offset: usize) -> u64 {
