@@ -495,27 +495,54 @@ pub(crate) fn emit_live<E>(
         if live.is_empty() {
             return Ok(emitted);
         }
-        // Their values in one buffer, which the slices handed out share.
-        let mut buffer = byteview::ByteView::with_size(bytes);
-        if let Some(mut out) = buffer.get_mut() {
-            let mut filled = 0;
-            for (_, value) in &live {
-                if let Some(dst) = out.get_mut(filled..filled + value.len()) {
-                    dst.copy_from_slice(value);
-                }
-                filled += value.len();
-            }
-        }
+        // Their values in one buffer, which the slices handed out share
+        // (read in, so the buffer is not zeroed first).
+        let mut values = Values {
+            live: &live,
+            next: 0,
+            at: 0,
+        };
+        let buffer = byteview::ByteView::from_reader(&mut values, bytes).ok();
         let mut taken = 0;
         for (key, value) in &live {
-            if taken + value.len() > buffer.len() {
-                break; // cannot happen: the buffer was sized for these values
-            }
-            let shared = buffer.slice(taken..taken + value.len());
-            taken += value.len();
-            emit(key, fjall::Slice::from(shared))?;
+            let value = match &buffer {
+                Some(buffer) if taken + value.len() <= buffer.len() => {
+                    let shared = buffer.slice(taken..taken + value.len());
+                    taken += value.len();
+                    fjall::Slice::from(shared)
+                }
+                // Cannot happen (the buffer holds exactly these values),
+                // but a copy of its own would do.
+                _ => fjall::Slice::from(*value),
+            };
+            emit(key, value)?;
             emitted += 1;
         }
+    }
+}
+
+/// Reads the values of (key, value) pairs one after the other.
+struct Values<'a> {
+    live: &'a [(&'a [u8], &'a [u8])],
+    next: usize,
+    at: usize,
+}
+
+impl std::io::Read for Values<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        while let Some((_, value)) = self.live.get(self.next) {
+            let rest = value.get(self.at..).unwrap_or_default();
+            if rest.is_empty() {
+                self.next += 1;
+                self.at = 0;
+                continue;
+            }
+            let n = rest.len().min(buf.len());
+            buf[..n].copy_from_slice(&rest[..n]);
+            self.at += n;
+            return Ok(n);
+        }
+        Ok(0)
     }
 }
 

@@ -385,7 +385,8 @@ impl ChangelogRestorer {
                 let merged = started.elapsed();
                 let spilled_files = spilled.len();
                 drop(spill);
-                let (slabs_ready, slabs_new) = self.slabs.take().map_or((0, 0), |p| p.taken());
+                let slabs = self.slabs.take();
+                let (slabs_ready, slabs_new) = slabs.as_ref().map_or((0, 0), SlabPool::taken);
                 // Where the time of the final step went, for profiling.
                 tracing::debug!(
                     store = %self.store,
@@ -398,6 +399,13 @@ impl ChangelogRestorer {
                     merge_ms = (merged - joined).as_millis(),
                     "wrote the buckets into the store"
                 );
+                // Unmapping a generation's memory takes a while; it need not
+                // delay the commit. (If no thread can be started, the
+                // closure and what it holds are dropped right here.)
+                let generation = buckets.generation;
+                let _ = std::thread::Builder::new()
+                    .name("weir-restore-free".into())
+                    .spawn(move || drop((generation, slabs)));
                 let inner = &self.task.inner;
                 let mut batch = inner.db.batch().durability(Some(PersistMode::SyncAll));
                 if let Some(next) = self.progress.next_offset {
