@@ -478,19 +478,21 @@ pub(crate) fn emit_live<E>(
 ) -> Result<u64, E> {
     let mut live: Vec<(&[u8], &[u8])> = Vec::new();
     let mut emitted = 0;
-    let mut next = index.iter();
+    let mut next = index.iter().peekable();
     loop {
-        // The next live records, up to a few MiB of values.
+        // The next live records, up to a few MiB of values (or one larger
+        // value: a buffer holds up to 4 GiB, and a value is smaller).
         live.clear();
         let mut bytes = 0usize;
-        for &(_, at) in next.by_ref() {
+        while let Some(&&(_, at)) = next.peek() {
             if let (key, Some(value)) = split_record(record_at(blocks, at)) {
-                bytes += value.len();
-                live.push((key, value));
-                if bytes >= VALUE_BUFFER_BYTES {
+                if !live.is_empty() && bytes + value.len() > VALUE_BUFFER_BYTES {
                     break;
                 }
+                bytes += value.len();
+                live.push((key, value));
             }
+            next.next();
         }
         if live.is_empty() {
             return Ok(emitted);
@@ -672,6 +674,36 @@ mod tests {
                 out == expected,
                 "bucket sort differs from the model (drop {drop})"
             );
+        }
+    }
+
+    #[test]
+    fn values_larger_than_a_shared_buffer_reach_fjall_intact() {
+        let layout = Layout::for_memory(64 << 10);
+        let pool = SlabPool::start(layout.slab_bytes, 2).unwrap();
+        let mut g = Generation::new(layout, 1);
+        let sizes = [10usize, 3 << 20, 5 << 20, 7, 1 << 20, 0];
+        for (i, n) in sizes.iter().enumerate() {
+            g.push(0, &[b'k', i as u8], Some(&vec![i as u8; *n]), &pool);
+        }
+        g.push(0, b"k\x09", None, &pool);
+        let blocks = g.blocks(0);
+        let mut index = Vec::new();
+        sort_blocks(&blocks, &mut index);
+        let mut got = Vec::new();
+        emit_live(&blocks, &index, |key, value| {
+            got.push((key.to_vec(), value.to_vec()));
+            Ok::<(), ()>(())
+        })
+        .unwrap();
+        assert_eq!(
+            got.len(),
+            sizes.len(),
+            "the tombstone is dropped, nothing else"
+        );
+        for (i, (key, value)) in got.iter().enumerate() {
+            assert_eq!(key, &[b'k', i as u8]);
+            assert!(value.len() == sizes[i] && value.iter().all(|b| *b == i as u8));
         }
     }
 }
