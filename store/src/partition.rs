@@ -34,7 +34,7 @@ const VALUE_BUFFER_BYTES: usize = 4 << 20;
 /// Sizes derived from the memory budget of one restore.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Layout {
-    /// Record bytes a generation holds before it is spilled.
+    /// Memory (in slabs) a generation takes before it is spilled.
     pub(crate) generation_bytes: usize,
     /// Memory is allocated in slabs of this size.
     pub(crate) slab_bytes: usize,

@@ -27,7 +27,7 @@
 //! [`StoreOptions::restore_threads`]: crate::StoreOptions::restore_threads
 //! [`StoreOptions::restore_batch_bytes`]: crate::StoreOptions::restore_batch_bytes
 
-use std::sync::mpsc::{Receiver, Sender, sync_channel};
+use std::sync::mpsc::{Receiver, Sender, SyncSender, sync_channel};
 use std::thread::JoinHandle;
 use std::time::Instant;
 
@@ -36,9 +36,11 @@ use fjall::{Keyspace, OwnedWriteBatch, PersistMode};
 use crate::error::{Result, StoreError};
 use crate::kv::check_entry;
 use crate::meta::{self, ChangelogPartition, StoreKind};
-use crate::partition::{Generation, Layout, SAMPLE_PER_BUCKET, Slab, SlabPool, Splitters};
+use crate::partition::{
+    Generation, Layout, SAMPLE_PER_BUCKET, Slab, SlabPool, Splitters, split_record,
+};
 use crate::run_merge::ingest_generations;
-use crate::sorted_run::{Decoded, HEADER_LEN, RunBuilder, SortedRun, decode_record, encode_record};
+use crate::sorted_run::{Decoded, RunBuilder, SortedRun, decode_record, encode_record};
 use crate::spill::{SPILL_DIR, Spill};
 use crate::task_store::{TaskStore, segment_keyspace_name};
 use crate::window::{encode_segment_key, is_live, segment_of, split_window_changelog_key};
@@ -135,7 +137,7 @@ pub struct ChangelogRestorer {
     buckets: Option<Buckets>,
     slabs: Option<SlabPool>,
     keyspace: Option<Keyspace>,
-    jobs: Option<std::sync::mpsc::SyncSender<Job>>,
+    jobs: Option<SyncSender<Job>>,
     worker: Option<JoinHandle<Result<Option<Spill>>>>,
 }
 
@@ -399,7 +401,7 @@ impl ChangelogRestorer {
                     merge_ms = (merged - joined).as_millis(),
                     "wrote the buckets into the store"
                 );
-                // Unmapping a generation's memory takes a while; it need not
+                // Freeing a generation's memory takes a while; it need not
                 // delay the commit. (If no thread can be started, the
                 // closure and what it holds are dropped right here.)
                 let generation = buckets.generation;
@@ -518,17 +520,10 @@ impl ChangelogRestorer {
         let mut records = Vec::with_capacity(self.sample_records);
         let mut rest = sample.as_slice();
         while let Decoded::Record(layout) = decode_record(rest) {
-            let key = rest.get(HEADER_LEN..HEADER_LEN + layout.key_len);
-            let value = match layout.value_len {
-                Some(n) => rest
-                    .get(HEADER_LEN + layout.key_len..HEADER_LEN + layout.key_len + n)
-                    .map(Some),
-                None => Some(None),
+            let Some(record) = rest.get(..layout.len()) else {
+                break; // cannot happen: decoding checked the length
             };
-            let (Some(key), Some(value)) = (key, value) else {
-                break; // cannot happen: the sample holds what was encoded
-            };
-            records.push((key, value));
+            records.push(split_record(record));
             rest = rest.get(layout.len()..).unwrap_or_default();
         }
         let splitters = Splitters::from_sample(

@@ -373,7 +373,8 @@ pub(crate) fn ingest_generations(
             .collect::<Result<Vec<_>>>()?;
         for bucket in range.clone() {
             let bytes = sizes.get(bucket).copied().unwrap_or(0);
-            if spilled.is_empty() || bytes <= read_bucket_bytes {
+            // (Positions within a block are 32-bit: a larger bucket is merged.)
+            if spilled.is_empty() || bytes <= read_bucket_bytes.min(u64::from(u32::MAX)) {
                 // Every write of the bucket, oldest first: the spilled files
                 // in order, then the generation in memory. Nothing older
                 // exists and the store was empty, so tombstones are dropped.
