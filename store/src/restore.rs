@@ -274,6 +274,9 @@ impl ChangelogRestorer {
     /// [`StoreError::BadChangelogRecord`] for keys or values the store cannot
     /// hold, or the worker's write error.
     pub fn apply(&mut self, records: &[ChangelogRecord<'_>]) -> Result<()> {
+        if self.path == RestorePath::SortedRuns && self.buckets.is_some() {
+            return self.apply_to_buckets(records);
+        }
         for record in records {
             let bad = |reason: String| StoreError::BadChangelogRecord {
                 store: self.store.clone(),
@@ -489,6 +492,65 @@ impl ChangelogRestorer {
         })
     }
 
+    /// `apply` once the buckets are decided: the loop every record of a large
+    /// restore goes through, kept tight.
+    fn apply_to_buckets(&mut self, records: &[ChangelogRecord<'_>]) -> Result<()> {
+        let mut applied = 0u64;
+        let mut bytes = 0u64;
+        let mut result = Ok(());
+        for record in records {
+            if let Err(e) = check_entry(&self.store, record.key, record.value) {
+                result = Err(StoreError::BadChangelogRecord {
+                    store: self.store.clone(),
+                    offset: record.offset,
+                    reason: e.to_string(),
+                });
+                break;
+            }
+            let (Some(buckets), Some(slabs)) = (self.buckets.as_mut(), self.slabs.as_ref()) else {
+                result = Err(self.worker_error("no buckets"));
+                break;
+            };
+            let bucket = buckets.splitters.bucket(record.key);
+            buckets
+                .generation
+                .push(bucket, record.key, record.value, slabs);
+            let full = buckets.generation.is_full();
+            applied += 1;
+            bytes += (record.key.len() + record.value.map_or(0, <[u8]>::len)) as u64;
+            self.progress.next_offset = Some(record.offset + 1);
+            if full && let Err(e) = self.hand_over_generation() {
+                result = Err(e);
+                break;
+            }
+        }
+        self.progress.records += applied;
+        self.progress.bytes += bytes;
+        if self.progress.bytes >= self.next_progress_log {
+            self.next_progress_log = self.progress.bytes + PROGRESS_LOG_BYTES;
+            tracing::info!(
+                store = %self.store,
+                partition = %self.partition,
+                records = self.progress.records,
+                bytes = self.progress.bytes,
+                next_offset = ?self.progress.next_offset,
+                end_offset = self.progress.end_offset,
+                "restore progress"
+            );
+        }
+        result
+    }
+
+    /// Hands the full generation to the worker and starts the next.
+    fn hand_over_generation(&mut self) -> Result<()> {
+        let Some(buckets) = self.buckets.as_mut() else {
+            return Ok(());
+        };
+        let next = Generation::new(self.layout, buckets.splitters.buckets());
+        let full = std::mem::replace(&mut buckets.generation, next);
+        self.send(Job::Spill(full))
+    }
+
     /// Copies a record into its bucket, or into the sample while the bucket
     /// bounds are not decided yet; hands full generations to the worker.
     fn push_to_bucket(&mut self, key: &[u8], value: Option<&[u8]>) -> Result<()> {
@@ -506,9 +568,7 @@ impl ChangelogRestorer {
         let bucket = buckets.splitters.bucket(key);
         buckets.generation.push(bucket, key, value, slabs);
         if buckets.generation.is_full() {
-            let next = Generation::new(self.layout, buckets.splitters.buckets());
-            let full = std::mem::replace(&mut buckets.generation, next);
-            self.send(Job::Spill(full))?;
+            self.hand_over_generation()?;
         }
         Ok(())
     }

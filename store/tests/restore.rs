@@ -320,6 +320,41 @@ fn skewed_keys_restore_intact_whatever_the_buckets() {
 }
 
 #[test]
+fn a_bad_record_deep_into_a_bulk_restore_is_refused_with_its_offset() {
+    let dir = common::tempdir();
+    let task = TaskStore::open(dir.path(), StoreOptions::default()).unwrap();
+    task.key_value_store("kv").unwrap();
+    let records = changelog(30_000, 5_000, 9);
+    let mut restorer = task
+        .restorer("kv", ChangelogPartition::new("c", 0), 30_001)
+        .unwrap();
+    // Far more records than decide the buckets, so the bulk loop takes them.
+    apply_in_chunks(&mut restorer, &records[..20_000]);
+    let batch = [
+        ChangelogRecord {
+            offset: 20_000,
+            key: b"fine",
+            value: Some(b"v"),
+        },
+        ChangelogRecord {
+            offset: 20_001,
+            key: b"",
+            value: Some(b"v"),
+        },
+    ];
+    let err = restorer.apply(&batch).unwrap_err();
+    assert!(
+        matches!(err, StoreError::BadChangelogRecord { offset: 20_001, .. }),
+        "{err}"
+    );
+    let progress = restorer.progress();
+    assert_eq!(
+        (progress.records, progress.next_offset),
+        (20_001, Some(20_001))
+    );
+}
+
+#[test]
 fn tiny_and_empty_restores_finish_cleanly() {
     // Fewer records than decide the buckets, and none at all.
     restore_matches_the_model(&changelog(7, 5, 3), StoreOptions::default());
