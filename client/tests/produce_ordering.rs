@@ -185,11 +185,15 @@ fn records() -> usize {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn five_in_flight_deliver_every_record_once_in_order() {
     // Small batches and a short linger, as in `weir demo`: many requests
-    // per partition are out at once.
+    // per partition are out at once. 2 KiB batches hold at most about 80 of
+    // these records, so however the timing falls, 30,000 records make well
+    // over the 100 batches `assert_wire_order` asks for (with the default
+    // 16 KiB, a fast run made exactly 100).
     produce_in_order(
         records(),
         ProducerOptions {
             linger: Duration::from_millis(5),
+            batch_size: 2_048,
             compression: Compression::Lz4,
             ..Default::default()
         },
