@@ -46,8 +46,8 @@ pub struct StoreOptions {
     /// Half of it makes a generation: records are kept in memory until a
     /// generation is full, then sorted and spilled to a file in the task
     /// directory while the next one fills. A changelog whose records fit in
-    /// one generation is never spilled. Peak memory is about this, plus 1/16
-    /// of a generation of slabs prepared ahead.
+    /// one generation is never spilled. Peak memory is about this, plus up to
+    /// 16 MiB of memory prepared ahead and a MiB per generation of overshoot.
     pub restore_memory_bytes: usize,
     /// Cores that write an empty-store restore into the store at the end,
     /// each a range of keys at a time (the calling thread is one of them, and

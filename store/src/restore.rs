@@ -196,7 +196,7 @@ impl TaskStore {
             )?;
             self.inner.state().offsets.remove(&partition);
             let spill = Spill::create(self.path().join(SPILL_DIR).join(store))?;
-            // Up to 1/8 of a generation prepared ahead.
+            // Up to 16 slabs (16 MiB at most) prepared ahead.
             let slabs = SlabPool::start(layout.slab_bytes, 16)
                 .map_err(|e| StoreError::io(self.path(), e))?;
             (Some(spill), Some(slabs))
