@@ -329,18 +329,7 @@ impl ChangelogRestorer {
             self.progress.records += 1;
             self.progress.bytes += size as u64;
             self.progress.next_offset = Some(record.offset + 1);
-            if self.progress.bytes >= self.next_progress_log {
-                self.next_progress_log = self.progress.bytes + PROGRESS_LOG_BYTES;
-                tracing::info!(
-                    store = %self.store,
-                    partition = %self.partition,
-                    records = self.progress.records,
-                    bytes = self.progress.bytes,
-                    next_offset = record.offset + 1,
-                    end_offset = self.progress.end_offset,
-                    "restore progress"
-                );
-            }
+            self.log_progress_every_so_often();
             self.batch_bytes += size;
             if self.path == RestorePath::Batches
                 && self.batch_bytes >= self.task.inner.options.restore_batch_bytes
@@ -429,15 +418,7 @@ impl ChangelogRestorer {
                 }
             }
         }
-        tracing::info!(
-            store = %self.store,
-            partition = %self.partition,
-            records = self.progress.records,
-            bytes = self.progress.bytes,
-            next_offset = ?self.progress.next_offset,
-            end_offset = self.progress.end_offset,
-            "restore finished"
-        );
+        self.log_progress("restore finished");
         Ok(self.progress)
     }
 
@@ -526,19 +507,28 @@ impl ChangelogRestorer {
         }
         self.progress.records += applied;
         self.progress.bytes += bytes;
+        self.log_progress_every_so_often();
+        result
+    }
+
+    /// Logs progress each time another [`PROGRESS_LOG_BYTES`] were applied.
+    fn log_progress_every_so_often(&mut self) {
         if self.progress.bytes >= self.next_progress_log {
             self.next_progress_log = self.progress.bytes + PROGRESS_LOG_BYTES;
-            tracing::info!(
-                store = %self.store,
-                partition = %self.partition,
-                records = self.progress.records,
-                bytes = self.progress.bytes,
-                next_offset = ?self.progress.next_offset,
-                end_offset = self.progress.end_offset,
-                "restore progress"
-            );
+            self.log_progress("restore progress");
         }
-        result
+    }
+
+    fn log_progress(&self, what: &str) {
+        tracing::info!(
+            store = %self.store,
+            partition = %self.partition,
+            records = self.progress.records,
+            bytes = self.progress.bytes,
+            next_offset = ?self.progress.next_offset,
+            end_offset = self.progress.end_offset,
+            "{what}"
+        );
     }
 
     /// Hands the full generation to the worker and starts the next.
