@@ -185,6 +185,28 @@ pub fn coordinator_timer(state: &mut ClusterState, event: TimerEvent, now: Insta
     crate::coordinator::driver::on_timer(state, &event, now);
 }
 
+/// The offsets of an OffsetCommit or TxnOffsetCommit request: the two
+/// requests have their own partition types, with the same field names.
+macro_rules! offsets_to_commit {
+    ($req:expr) => {
+        $req.topics
+            .iter()
+            .flat_map(|t| {
+                t.partitions.iter().map(|p| {
+                    $crate::coordinator::group::OffsetToCommit::from_request(
+                        &t.name.0,
+                        p.partition_index,
+                        p.committed_offset,
+                        p.committed_leader_epoch,
+                        p.committed_metadata.as_deref(),
+                    )
+                })
+            })
+            .collect()
+    };
+}
+pub(crate) use offsets_to_commit;
+
 /// The partitions named in a commit that exist. The group coordinator
 /// refuses the others with `UNKNOWN_TOPIC_OR_PARTITION`; the set is built
 /// first because the coordinator then holds the cluster state mutably.

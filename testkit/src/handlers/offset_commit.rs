@@ -7,7 +7,7 @@ use weir_protocol::kafka_protocol::messages::{
     OffsetCommitRequest, OffsetCommitResponse, ResponseKind,
 };
 
-use super::{Reply, RequestContext, existing_partitions};
+use super::{Reply, RequestContext, existing_partitions, offsets_to_commit};
 use crate::cluster::ClusterState;
 use crate::coordinator::driver::{check_coordinator, flush};
 use crate::coordinator::group::{CommitMember, OffsetToCommit};
@@ -22,21 +22,7 @@ pub fn handle(
     req: OffsetCommitRequest,
     version: i16,
 ) -> Reply {
-    let offsets: Vec<OffsetToCommit> = req
-        .topics
-        .iter()
-        .flat_map(|t| {
-            t.partitions.iter().map(|p| {
-                OffsetToCommit::from_request(
-                    &t.name.0,
-                    p.partition_index,
-                    p.committed_offset,
-                    p.committed_leader_epoch,
-                    p.committed_metadata.as_deref(),
-                )
-            })
-        })
-        .collect();
+    let offsets: Vec<OffsetToCommit> = offsets_to_commit!(req);
     let codes = match check_coordinator(state, ctx, &req.group_id.0) {
         Err(code) => vec![code; offsets.len()],
         Ok(()) => {

@@ -9,7 +9,7 @@ use weir_protocol::kafka_protocol::messages::{
     ResponseKind, TxnOffsetCommitRequest, TxnOffsetCommitResponse,
 };
 
-use super::{Reply, RequestContext, existing_partitions};
+use super::{Reply, RequestContext, existing_partitions, offsets_to_commit};
 use crate::cluster::ClusterState;
 use crate::coordinator::driver::{check_coordinator, flush};
 use crate::coordinator::group::{CommitMember, OffsetToCommit};
@@ -25,21 +25,7 @@ pub fn handle(
     req: TxnOffsetCommitRequest,
     version: i16,
 ) -> Reply {
-    let offsets: Vec<OffsetToCommit> = req
-        .topics
-        .iter()
-        .flat_map(|t| {
-            t.partitions.iter().map(|p| {
-                OffsetToCommit::from_request(
-                    &t.name.0,
-                    p.partition_index,
-                    p.committed_offset,
-                    p.committed_leader_epoch,
-                    p.committed_metadata.as_deref(),
-                )
-            })
-        })
-        .collect();
+    let offsets: Vec<OffsetToCommit> = offsets_to_commit!(req);
     let group = req.group_id.0.to_string();
     let checked = check_coordinator(state, ctx, &group).and_then(|()| {
         state
