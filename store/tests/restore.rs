@@ -170,41 +170,21 @@ fn an_interrupted_bulk_restore_is_discarded_at_open_and_reports_unknown() {
 
 #[test]
 fn a_large_restore_merges_many_spilled_generations_over_parallel_key_ranges() {
-    let dir = common::tempdir();
-    let tp = ChangelogPartition::new("app-kv-changelog", 1);
     // 150k records over 40k keys: every key is written several times, across
     // generations, and about one write in seven is a tombstone. 16 KiB
     // generations make about 250 spill files, 128 of which are merged into
     // one along the way; three threads write key ranges of all of them and
     // the last generation into the store.
-    let records = changelog(150_000, 40_000, 5);
-    let options = StoreOptions::default()
-        .with_restore_memory_bytes(32 << 10)
-        .with_restore_threads(3);
-    {
-        let task = TaskStore::open(dir.path(), options.clone()).unwrap();
-        task.key_value_store("kv").unwrap();
-        let mut restorer = task.restorer("kv", tp.clone(), 150_000).unwrap();
-        assert_eq!(restorer.path(), RestorePath::SortedRuns);
-        for chunk in records.chunks(10_000) {
-            apply_in_chunks(&mut restorer, chunk);
-        }
-        restorer.finish().unwrap();
-        assert_eq!(contents(&task, "kv"), model(&records));
-        assert!(
-            !dir.path().join("restore-spill").join("kv").exists(),
-            "spill files left behind"
-        );
-    }
-    let task = TaskStore::open(dir.path(), options).unwrap();
-    assert_eq!(task.committed_offset(&tp), CommittedOffset::Known(150_000));
-    assert_eq!(contents(&task, "kv"), model(&records));
+    restore_matches_the_model(
+        &changelog(150_000, 40_000, 5),
+        StoreOptions::default()
+            .with_restore_memory_bytes(32 << 10)
+            .with_restore_threads(3),
+    );
 }
 
 #[test]
 fn spilled_runs_with_values_larger_than_a_read_chunk_merge_intact() {
-    let dir = common::tempdir();
-    let tp = ChangelogPartition::new("c", 0);
     // Generations are as small as they go, so nearly every record is
     // spilled, and some values are larger than the 64 KiB a file cursor
     // reads at a time, so records straddle and exceed reads.
@@ -220,24 +200,26 @@ fn spilled_runs_with_values_larger_than_a_read_chunk_merge_intact() {
             (i, key, value)
         })
         .collect();
-    let options = StoreOptions::default()
-        .with_restore_memory_bytes(0)
-        .with_restore_threads(2);
-    let task = TaskStore::open(dir.path(), options).unwrap();
-    task.key_value_store("kv").unwrap();
-    let mut restorer = task.restorer("kv", tp.clone(), 300).unwrap();
-    apply_in_chunks(&mut restorer, &records);
-    restorer.finish().unwrap();
-    assert_eq!(contents(&task, "kv"), model(&records));
-    assert_eq!(task.committed_offset(&tp), CommittedOffset::Known(300));
+    restore_matches_the_model(
+        &records,
+        StoreOptions::default()
+            .with_restore_memory_bytes(0)
+            .with_restore_threads(2),
+    );
 }
 
 /// Restores `records` into an empty store with `options` and checks the
-/// result against the model, before and after a reopen.
+/// result against the model and the committed offset, before and after a
+/// reopen, and that no spill file is left behind.
 fn restore_matches_the_model(records: &[Record], options: StoreOptions) {
     let dir = common::tempdir();
     let tp = ChangelogPartition::new("c", 0);
     let end = records.last().map_or(0, |r| r.0 + 1);
+    let expected = if records.is_empty() {
+        CommittedOffset::Unknown
+    } else {
+        CommittedOffset::Known(end)
+    };
     {
         let task = TaskStore::open(dir.path(), options.clone()).unwrap();
         task.key_value_store("kv").unwrap();
@@ -247,13 +229,13 @@ fn restore_matches_the_model(records: &[Record], options: StoreOptions) {
         let done = restorer.finish().unwrap();
         assert_eq!(done.records, records.len() as u64);
         assert_eq!(contents(&task, "kv"), model(records));
+        assert_eq!(task.committed_offset(&tp), expected);
+        assert!(
+            !dir.path().join("restore-spill").join("kv").exists(),
+            "spill files left behind"
+        );
     }
     let task = TaskStore::open(dir.path(), options).unwrap();
-    let expected = if records.is_empty() {
-        CommittedOffset::Unknown
-    } else {
-        CommittedOffset::Known(end)
-    };
     assert_eq!(task.committed_offset(&tp), expected);
     assert_eq!(contents(&task, "kv"), model(records));
 }
