@@ -37,13 +37,18 @@ use crate::error::{Result, StoreError};
 use crate::kv::check_entry;
 use crate::meta::{self, ChangelogPartition, StoreKind};
 use crate::partition::{
-    Generation, Layout, SAMPLE_PER_BUCKET, Slab, SlabPool, Splitters, split_record,
+    Generation, Layout, SAMPLE_PER_BUCKET, Slab, SlabPool, Splitters, record_at, sort_blocks,
+    split_record,
 };
 use crate::run_merge::ingest_generations;
-use crate::sorted_run::{Decoded, RunBuilder, SortedRun, decode_record, encode_record};
+use crate::sorted_run::{Decoded, decode_record, encode_record};
 use crate::spill::{SPILL_DIR, Spill};
 use crate::task_store::{TaskStore, segment_keyspace_name};
 use crate::window::{encode_segment_key, is_live, segment_of, split_window_changelog_key};
+
+/// A key-value batch of a catch-up restore is sent once its encoded records
+/// take this much, whatever `restore_batch_bytes` says.
+const MAX_BATCH_BUFFER_BYTES: usize = 1 << 30;
 
 /// Progress of a restore is logged every this many bytes of records.
 const PROGRESS_LOG_BYTES: u64 = 256 << 20;
@@ -89,10 +94,12 @@ pub enum RestorePath {
 }
 
 enum Job {
-    /// A key-value batch, sorted and de-duplicated on the caller's thread; the
-    /// worker turns it into one write batch with the offset it reaches.
+    /// A key-value batch, encoded records and their key order (one entry per
+    /// key, its last write), sorted on the caller's thread; the worker turns
+    /// it into one write batch with the offset it reaches.
     SortedBatch {
-        run: SortedRun,
+        records: Vec<u8>,
+        order: Vec<(u128, u64)>,
         next_offset: i64,
         durability: Option<PersistMode>,
     },
@@ -125,8 +132,8 @@ pub struct ChangelogRestorer {
     batch: Option<OwnedWriteBatch>,
     batch_bytes: usize,
     stream_time: Option<i64>,
-    /// The batch being built (atomic batches path).
-    run: RunBuilder,
+    /// The key-value batch being built (atomic batches path), encoded.
+    run: Vec<u8>,
     /// Progress is logged each time this many more bytes were applied.
     next_progress_log: u64,
     layout: Layout,
@@ -241,7 +248,7 @@ impl TaskStore {
             batch: None,
             batch_bytes: 0,
             stream_time,
-            run: RunBuilder::default(),
+            run: Vec::new(),
             next_progress_log: PROGRESS_LOG_BYTES,
             layout,
             sample: Vec::new(),
@@ -295,7 +302,7 @@ impl ChangelogRestorer {
                         .map_err(|e| bad(e.to_string()))?;
                     // Sorted before it is written: memtable inserts in key order
                     // are cheaper, and repeated keys collapse to their last write.
-                    self.run.push(record.key, record.value);
+                    encode_record(&mut self.run, record.key, record.value);
                 }
                 (
                     RestorePath::Batches,
@@ -331,8 +338,10 @@ impl ChangelogRestorer {
             self.progress.next_offset = Some(record.offset + 1);
             self.log_progress_every_so_often();
             self.batch_bytes += size;
+            // (Record positions in a batch are 32-bit: 1 GiB ends it too.)
             if self.path == RestorePath::Batches
-                && self.batch_bytes >= self.task.inner.options.restore_batch_bytes
+                && (self.batch_bytes >= self.task.inner.options.restore_batch_bytes
+                    || self.run.len() >= MAX_BATCH_BUFFER_BYTES)
             {
                 self.send_batch(None)?;
             }
@@ -443,9 +452,12 @@ impl ChangelogRestorer {
         };
         self.batch_bytes = 0;
         if self.kind == StoreKind::KeyValue {
-            let run = std::mem::take(&mut self.run).seal();
+            let records = std::mem::take(&mut self.run);
+            let mut order = Vec::new();
+            sort_blocks(&[records.as_slice()], &mut order);
             return self.send(Job::SortedBatch {
-                run,
+                records,
+                order,
                 next_offset,
                 durability: durability.flatten(),
             });
@@ -648,7 +660,8 @@ fn run_worker(
     while let Ok(job) = jobs.recv() {
         match job {
             Job::SortedBatch {
-                run,
+                records,
+                order,
                 next_offset,
                 durability,
             } => {
@@ -656,7 +669,12 @@ fn run_worker(
                     return Err(StoreError::UnknownStore(store.to_owned()));
                 };
                 let mut batch = inner.db.batch().durability(durability);
-                for (key, value) in run.iter() {
+                let blocks = [records.as_slice()];
+                for &(_, at) in &order {
+                    let (key, value) = split_record(record_at(&blocks, at));
+                    if key.is_empty() {
+                        continue; // cannot happen: keys are checked when applied
+                    }
                     match value {
                         Some(v) => batch.insert(ks, key, v),
                         None => batch.remove(ks, key),

@@ -1,7 +1,6 @@
-//! The record encoding shared by restore buffers and spill files, and the
-//! sorted, de-duplicated batches of a catch-up restore.
+//! The record encoding shared by restore batches, buckets and spill files.
 //!
-//! Record format (batches, restore buckets and spill files alike):
+//! Record format:
 //! `kind: u8` (0 tombstone, 1 put), `key_len: u16 LE`, `value_len: u32 LE`,
 //! then the key and the value. The format never leaves the process (spill
 //! files are deleted when a restore ends or at the next open), but decoding is
@@ -90,112 +89,6 @@ pub(crate) fn key_prefix(key: &[u8]) -> u128 {
     u128::from_be_bytes(bytes)
 }
 
-/// One buffered record: its key prefix (split in two words to keep the entry
-/// at 24 bytes) and where it starts in the arena.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct IndexEntry {
-    hi: u64,
-    lo: u64,
-    pos: usize,
-}
-
-impl IndexEntry {
-    fn prefix(&self) -> u128 {
-        (u128::from(self.hi) << 64) | u128::from(self.lo)
-    }
-}
-
-/// Records in arrival order, packed in one arena so a run of millions of
-/// records costs two allocations, not millions.
-#[derive(Debug, Default)]
-pub(crate) struct RunBuilder {
-    data: Vec<u8>,
-    index: Vec<IndexEntry>,
-}
-
-impl RunBuilder {
-    pub(crate) fn push(&mut self, key: &[u8], value: Option<&[u8]>) {
-        let prefix = key_prefix(key);
-        self.index.push(IndexEntry {
-            hi: (prefix >> 64) as u64,
-            lo: prefix as u64,
-            pos: self.data.len(),
-        });
-        encode_record(&mut self.data, key, value);
-    }
-
-    /// Sorts by key, keeping only the last record of each key (changelog order
-    /// means the last one is the current value), and copies the survivors in
-    /// key order into a new buffer.
-    pub(crate) fn seal(self) -> SortedRun {
-        let Self { data, mut index } = self;
-        let key_at = |pos: usize| record_key(&data, pos);
-        // Arrival position breaks ties, so equal keys end up oldest first.
-        index.sort_unstable_by(|a, b| {
-            (a.hi, a.lo)
-                .cmp(&(b.hi, b.lo))
-                .then_with(|| key_at(a.pos).cmp(key_at(b.pos)))
-                .then(a.pos.cmp(&b.pos))
-        });
-        let mut bytes = Vec::with_capacity(data.len());
-        for (i, entry) in index.iter().enumerate() {
-            if let Some(next) = index.get(i + 1)
-                && next.prefix() == entry.prefix()
-                && key_at(next.pos) == key_at(entry.pos)
-            {
-                continue; // a newer write of the same key follows
-            }
-            let Some(record) = record_bytes(&data, entry.pos) else {
-                continue; // cannot happen: the arena holds what `push` encoded
-            };
-            bytes.extend_from_slice(record);
-        }
-        SortedRun { bytes }
-    }
-}
-
-fn record_bytes(data: &[u8], pos: usize) -> Option<&[u8]> {
-    let rest = data.get(pos..)?;
-    match decode_record(rest) {
-        Decoded::Record(layout) => rest.get(..layout.len()),
-        _ => None,
-    }
-}
-
-fn record_key(data: &[u8], pos: usize) -> &[u8] {
-    let len = data
-        .get(pos + 1..pos + 3)
-        .map_or(0, |b| usize::from(u16::from_le_bytes([b[0], b[1]])));
-    data.get(pos + HEADER_LEN..pos + HEADER_LEN + len)
-        .unwrap_or_default()
-}
-
-/// Strictly ascending keys with their latest value or tombstone, encoded.
-#[derive(Debug)]
-pub(crate) struct SortedRun {
-    pub(crate) bytes: Vec<u8>,
-}
-
-impl SortedRun {
-    /// The records in key order.
-    pub(crate) fn iter(&self) -> impl Iterator<Item = (&[u8], Option<&[u8]>)> + '_ {
-        let mut rest = self.bytes.as_slice();
-        std::iter::from_fn(move || {
-            let Decoded::Record(layout) = decode_record(rest) else {
-                return None; // the end (the bytes were encoded by this process)
-            };
-            let key = rest.get(HEADER_LEN..HEADER_LEN + layout.key_len)?;
-            let value_start = HEADER_LEN + layout.key_len;
-            let value = match layout.value_len {
-                Some(n) => Some(rest.get(value_start..value_start + n)?),
-                None => None,
-            };
-            rest = rest.get(layout.len()..)?;
-            Some((key, value))
-        })
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -216,18 +109,33 @@ mod tests {
         out
     }
 
+    /// Sorts records encoded in one buffer with the restore's
+    /// `partition::sort_blocks` and returns them in order.
+    fn sorted(records: &[(&[u8], Option<&[u8]>)]) -> Vec<(Vec<u8>, Option<Vec<u8>>)> {
+        let mut data = Vec::new();
+        for (k, v) in records {
+            encode_record(&mut data, k, *v);
+        }
+        let blocks = [data.as_slice()];
+        let mut index = Vec::new();
+        crate::partition::sort_blocks(&blocks, &mut index);
+        let mut out = Vec::new();
+        for &(_, at) in &index {
+            out.extend(decode_all(crate::partition::record_at(&blocks, at)));
+        }
+        out
+    }
+
     #[test]
-    fn seal_sorts_and_keeps_the_last_write_per_key() {
-        let mut b = RunBuilder::default();
-        b.push(b"b", Some(b"1"));
-        b.push(b"a", Some(b"2"));
-        b.push(b"b", None);
-        b.push(b"c", Some(b"3"));
-        b.push(b"a", Some(b"4"));
-        let run = b.seal();
-        assert_eq!(run.iter().count(), 3);
+    fn sorting_keeps_the_last_write_per_key() {
         assert_eq!(
-            decode_all(&run.bytes),
+            sorted(&[
+                (b"b", Some(b"1")),
+                (b"a", Some(b"2")),
+                (b"b", None),
+                (b"c", Some(b"3")),
+                (b"a", Some(b"4")),
+            ]),
             vec![
                 (b"a".to_vec(), Some(b"4".to_vec())),
                 (b"b".to_vec(), None),
@@ -238,15 +146,17 @@ mod tests {
 
     #[test]
     fn keys_sharing_a_long_prefix_or_padding_sort_by_their_bytes() {
-        let mut b = RunBuilder::default();
         let long_a = b"customer-000000000001".to_vec();
         let long_b = b"customer-000000000000".to_vec();
-        b.push(&long_a, Some(b"x"));
-        b.push(&long_b, Some(b"y"));
-        b.push(b"ab\0", Some(b"z"));
-        b.push(b"ab", Some(b"w"));
-        let run = b.seal();
-        let keys: Vec<Vec<u8>> = decode_all(&run.bytes).into_iter().map(|(k, _)| k).collect();
+        let keys: Vec<Vec<u8>> = sorted(&[
+            (&long_a, Some(b"x")),
+            (&long_b, Some(b"y")),
+            (b"ab\0", Some(b"z")),
+            (b"ab", Some(b"w")),
+        ])
+        .into_iter()
+        .map(|(k, _)| k)
+        .collect();
         assert_eq!(keys, vec![b"ab".to_vec(), b"ab\0".to_vec(), long_b, long_a]);
     }
 
