@@ -427,7 +427,7 @@ pub(crate) fn sort_blocks(blocks: &[&[u8]], index: &mut Vec<(u128, u64)>) {
     // keeps arrival order among equal prefixes; keys longer than the prefix
     // that share it are then ordered by their bytes, stably.
     index.sort_unstable();
-    let key = |at: u64| key_of(record_at(blocks, at));
+    let key = |at: u64| entry_at(blocks, at).0;
     let mut i = 0;
     while i < index.len() {
         let prefix = index[i].0;
@@ -453,17 +453,28 @@ pub(crate) fn sort_blocks(blocks: &[&[u8]], index: &mut Vec<(u128, u64)>) {
     index.truncate(kept);
 }
 
-/// The encoded record at a position of [`sort_blocks`].
-pub(crate) fn record_at<'a>(blocks: &[&'a [u8]], at: u64) -> &'a [u8] {
+/// The bytes from a position of [`sort_blocks`] to the end of its block.
+fn from_position<'a>(blocks: &[&'a [u8]], at: u64) -> &'a [u8] {
     let (block, offset) = unpack(at);
-    let rest = blocks
+    blocks
         .get(block)
         .and_then(|b| b.get(offset..))
-        .unwrap_or_default();
+        .unwrap_or_default()
+}
+
+/// The encoded record at a position of [`sort_blocks`].
+pub(crate) fn record_at<'a>(blocks: &[&'a [u8]], at: u64) -> &'a [u8] {
+    let rest = from_position(blocks, at);
     match decode_record(rest) {
         Decoded::Record(layout) => rest.get(..layout.len()).unwrap_or_default(),
         _ => &[],
     }
+}
+
+/// The key and value (`None` for a tombstone) of the record at a position of
+/// [`sort_blocks`], decoded once.
+pub(crate) fn entry_at<'a>(blocks: &[&'a [u8]], at: u64) -> (&'a [u8], Option<&'a [u8]>) {
+    split_record(from_position(blocks, at))
 }
 
 /// Hands the live records of a [`sort_blocks`] index to `emit` in key order,
@@ -485,7 +496,7 @@ pub(crate) fn emit_live<E>(
         live.clear();
         let mut bytes = 0usize;
         while let Some(&&(_, at)) = next.peek() {
-            if let (key, Some(value)) = split_record(record_at(blocks, at)) {
+            if let (key, Some(value)) = entry_at(blocks, at) {
                 if !live.is_empty() && bytes + value.len() > VALUE_BUFFER_BYTES {
                     break;
                 }
@@ -554,11 +565,6 @@ fn pack(slab: usize, offset: usize) -> u64 {
 
 fn unpack(at: u64) -> (usize, usize) {
     ((at >> 32) as usize, (at & u64::from(u32::MAX)) as usize)
-}
-
-/// The key of the encoded record at the start of `bytes`.
-fn key_of(bytes: &[u8]) -> &[u8] {
-    split_record(bytes).0
 }
 
 /// The key and value (`None` for a tombstone) of an encoded record.

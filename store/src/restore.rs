@@ -37,7 +37,7 @@ use crate::error::{Result, StoreError};
 use crate::kv::check_entry;
 use crate::meta::{self, ChangelogPartition, StoreKind};
 use crate::partition::{
-    Generation, Layout, SAMPLE_PER_BUCKET, Slab, SlabPool, Splitters, record_at, sort_blocks,
+    Generation, Layout, SAMPLE_PER_BUCKET, Slab, SlabPool, Splitters, entry_at, sort_blocks,
     split_record,
 };
 use crate::run_merge::ingest_generations;
@@ -671,7 +671,7 @@ fn run_worker(
                 let mut batch = inner.db.batch().durability(durability);
                 let blocks = [records.as_slice()];
                 for &(_, at) in &order {
-                    let (key, value) = split_record(record_at(&blocks, at));
+                    let (key, value) = entry_at(&blocks, at);
                     if key.is_empty() {
                         continue; // cannot happen: keys are checked when applied
                     }
