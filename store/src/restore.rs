@@ -120,6 +120,15 @@ struct Buckets {
     generation: Generation,
 }
 
+impl Buckets {
+    /// Copies a record into its bucket; true when the generation is full.
+    fn push(&mut self, key: &[u8], value: Option<&[u8]>, slabs: &SlabPool) -> bool {
+        let bucket = self.splitters.bucket(key);
+        self.generation.push(bucket, key, value, slabs);
+        self.generation.is_full()
+    }
+}
+
 /// Applies changelog records to one store. Create with [`TaskStore::restorer`],
 /// feed with [`ChangelogRestorer::apply`], end with [`ChangelogRestorer::finish`].
 pub struct ChangelogRestorer {
@@ -504,11 +513,7 @@ impl ChangelogRestorer {
                 result = Err(self.worker_error("no buckets"));
                 break;
             };
-            let bucket = buckets.splitters.bucket(record.key);
-            buckets
-                .generation
-                .push(bucket, record.key, record.value, slabs);
-            let full = buckets.generation.is_full();
+            let full = buckets.push(record.key, record.value, slabs);
             applied += 1;
             bytes += (record.key.len() + record.value.map_or(0, <[u8]>::len)) as u64;
             self.progress.next_offset = Some(record.offset + 1);
@@ -567,9 +572,7 @@ impl ChangelogRestorer {
         let Some(slabs) = self.slabs.as_ref() else {
             return Err(self.worker_error("no slab pool"));
         };
-        let bucket = buckets.splitters.bucket(key);
-        buckets.generation.push(bucket, key, value, slabs);
-        if buckets.generation.is_full() {
+        if buckets.push(key, value, slabs) {
             self.hand_over_generation()?;
         }
         Ok(())
