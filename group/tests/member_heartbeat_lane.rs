@@ -15,7 +15,6 @@ use tokio::time::Instant;
 use weir_group::assignor::TopicPartition;
 use weir_group::member::{AssignmentEvent, GroupMember};
 use weir_protocol::ApiKey;
-use weir_testkit::{Intercept, InterceptAction, RequestMatcher};
 
 #[tokio::test(start_paused = true)]
 async fn a_commit_slower_than_the_session_does_not_hold_back_heartbeats() {
@@ -34,15 +33,7 @@ async fn a_commit_slower_than_the_session_does_not_hold_back_heartbeats() {
 
     // The coordinator takes 2.5 sessions to answer the commit.
     let slow = SESSION * 5 / 2;
-    tk.intercept(
-        Intercept::new(
-            RequestMatcher::api(ApiKey::OffsetCommit).client("a"),
-            InterceptAction::Delay(slow),
-        )
-        .times(1),
-    )
-    .await
-    .unwrap();
+    delay_next(&tk, "a", ApiKey::OffsetCommit, slow).await;
     let sent = Instant::now();
     member
         .commit(&[(TopicPartition::new(TOPIC, 0), 7)])

@@ -13,7 +13,6 @@ use member_support::*;
 use tokio::time::Instant;
 use weir_group::member::ShutdownMode;
 use weir_protocol::ApiKey;
-use weir_testkit::{Intercept, InterceptAction, RequestMatcher};
 
 const LIMIT: Duration = Duration::from_secs(60);
 
@@ -27,15 +26,7 @@ async fn a_planned_shutdown_during_a_rebalance_leaves_at_once() {
     // b's JoinGroup takes 6 s to arrive (within b's session, so the
     // coordinator waits for it): the coordinator holds a's meanwhile.
     let slow = Duration::from_secs(6);
-    tk.intercept(
-        Intercept::new(
-            RequestMatcher::api(ApiKey::JoinGroup).client("b"),
-            InterceptAction::Delay(slow),
-        )
-        .times(1),
-    )
-    .await
-    .unwrap();
+    delay_next(&tk, "b", ApiKey::JoinGroup, slow).await;
     let joins_before = requests_of(&tk, ApiKey::JoinGroup, "a").await.len();
     let c = App::start(&tk.bootstrap(), "c", config("g"), &journal).await;
     let deadline = Instant::now() + LIMIT;

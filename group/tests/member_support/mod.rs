@@ -398,6 +398,20 @@ pub async fn join_member_ids(tk: &weir_testkit::Cluster, client: &str) -> Vec<St
         .collect()
 }
 
+/// Holds `client`'s next `api` request for `delay` before the coordinator
+/// sees it.
+pub async fn delay_next(tk: &weir_testkit::Cluster, client: &str, api: ApiKey, delay: Duration) {
+    tk.intercept(
+        weir_testkit::Intercept::new(
+            weir_testkit::RequestMatcher::api(api).client(client),
+            weir_testkit::InterceptAction::Delay(delay),
+        )
+        .times(1),
+    )
+    .await
+    .unwrap();
+}
+
 /// Makes `client`'s next `api` request fail with `code`.
 pub async fn fail_next(tk: &weir_testkit::Cluster, client: &str, api: ApiKey, code: i16) {
     tk.intercept(
