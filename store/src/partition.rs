@@ -17,6 +17,7 @@
 //! skewed keys, one bucket just gets larger and is sorted the slow way.
 
 use std::cmp::Ordering;
+use std::sync::Arc;
 use std::sync::mpsc::{Receiver, Sender, SyncSender, TryRecvError, channel, sync_channel};
 use std::thread::JoinHandle;
 
@@ -107,6 +108,24 @@ impl Splitters {
 
     pub(crate) fn buckets(&self) -> usize {
         self.keys.len() + 1
+    }
+
+    /// For each bucket, how many leading bytes all its keys share: the common
+    /// prefix of its two bounds (a key `k` with `lo <= k < hi` starts with
+    /// every byte `lo` and `hi` share). Sorting a bucket compares the bytes
+    /// after them.
+    pub(crate) fn shared_prefixes(&self) -> Vec<usize> {
+        (0..self.buckets())
+            .map(|b| {
+                match (
+                    b.checked_sub(1).and_then(|lo| self.keys.get(lo)),
+                    self.keys.get(b),
+                ) {
+                    (Some(lo), Some(hi)) => lo.iter().zip(hi).take_while(|(a, b)| a == b).count(),
+                    _ => 0, // the first and last buckets are open on one side
+                }
+            })
+            .collect()
     }
 
     /// The bucket of `key`: the number of bounds at or below it.
@@ -244,21 +263,36 @@ pub(crate) struct Generation {
     current: Option<usize>,
     fill: usize,
     buckets: Vec<Vec<Extent>>,
+    /// Leading key bytes shared by every key of each bucket.
+    shared: Arc<[usize]>,
     bytes: usize,
     memory: usize,
 }
 
 impl Generation {
-    pub(crate) fn new(layout: Layout, buckets: usize) -> Self {
+    /// One bucket per entry of `shared`, the leading key bytes that all keys
+    /// of that bucket share ([`Splitters::shared_prefixes`]).
+    pub(crate) fn new(layout: Layout, shared: Arc<[usize]>) -> Self {
+        let shared = if shared.is_empty() {
+            Arc::from([0usize].as_slice())
+        } else {
+            shared
+        };
         Self {
             layout,
             slabs: Vec::new(),
             current: None,
             fill: 0,
-            buckets: vec![Vec::new(); buckets.max(1)],
+            buckets: vec![Vec::new(); shared.len()],
+            shared,
             bytes: 0,
             memory: 0,
         }
+    }
+
+    /// Leading key bytes all keys of `bucket` share.
+    pub(crate) fn shared_prefix(&self, bucket: usize) -> usize {
+        self.shared.get(bucket).copied().unwrap_or(0)
     }
 
     pub(crate) fn buckets(&self) -> usize {
@@ -378,14 +412,14 @@ impl Generation {
         &self,
         bucket: usize,
         drop_tombstones: bool,
-        index: &mut Vec<(u128, u64)>,
+        index: &mut Vec<IndexEntry>,
         mut emit: impl FnMut(&[u8]) -> Result<(), E>,
     ) -> Result<u64, E> {
         let blocks = self.blocks(bucket);
-        sort_blocks(&blocks, index);
+        sort_blocks(&blocks, self.shared_prefix(bucket), index);
         let mut emitted = 0;
-        for &(_, at) in index.iter() {
-            let record = record_at(&blocks, at);
+        for &entry in index.iter() {
+            let record = record_at(&blocks, position(entry));
             if drop_tombstones && split_record(record).1.is_none() {
                 continue;
             }
@@ -405,10 +439,38 @@ impl Generation {
     }
 }
 
+/// One entry of a [`sort_blocks`] index: eight key bytes (after the bytes
+/// every key shares) in the high half, so that sorting the entries as
+/// integers sorts by them first, and the record's position (block << 32 |
+/// offset) in the low half.
+pub(crate) type IndexEntry = u128;
+
+fn index_entry(key: &[u8], shared: usize, at: u64) -> IndexEntry {
+    let rest = key.get(shared..).unwrap_or_default();
+    let prefix = match rest.first_chunk::<8>() {
+        Some(first) => u64::from_be_bytes(*first),
+        None => {
+            let mut bytes = [0u8; 8];
+            bytes[..rest.len()].copy_from_slice(rest);
+            u64::from_be_bytes(bytes)
+        }
+    };
+    (u128::from(prefix) << 64) | u128::from(at)
+}
+
+/// The position (block << 32 | offset) of an index entry.
+pub(crate) fn position(entry: IndexEntry) -> u64 {
+    entry as u64
+}
+
+fn prefix_of(entry: IndexEntry) -> u64 {
+    (entry >> 64) as u64
+}
+
 /// Leaves in `index` the records of `blocks` in key order, one per key (its
-/// last write), as (key prefix, block << 32 | offset). Blocks are in arrival
-/// order, and so are the records within a block.
-pub(crate) fn sort_blocks(blocks: &[&[u8]], index: &mut Vec<(u128, u64)>) {
+/// last write). Blocks are in arrival order, and so are the records within a
+/// block. Every key starts with the same `shared` bytes (0 if unknown).
+pub(crate) fn sort_blocks(blocks: &[&[u8]], shared: usize, index: &mut Vec<IndexEntry>) {
     index.clear();
     for (b, block) in blocks.iter().enumerate() {
         let mut pos = 0;
@@ -419,21 +481,24 @@ pub(crate) fn sort_blocks(blocks: &[&[u8]], index: &mut Vec<(u128, u64)>) {
             let key = rest
                 .get(HEADER_LEN..HEADER_LEN + layout.key_len)
                 .unwrap_or_default();
-            index.push((key_prefix(key), pack(b, pos)));
+            index.push(index_entry(key, shared, pack(b, pos)));
             pos += layout.len();
         }
     }
-    // Positions grow with arrival time, so sorting by (prefix, position)
-    // keeps arrival order among equal prefixes; keys longer than the prefix
-    // that share it are then ordered by their bytes, stably.
+    // Positions grow with arrival time, so sorting the entries keeps arrival
+    // order among equal prefixes; keys that share the prefix are then
+    // ordered by their bytes, stably.
     index.sort_unstable();
-    let key = |at: u64| entry_at(blocks, at).0;
+    let key = |entry: IndexEntry| entry_at(blocks, position(entry)).0;
     let mut i = 0;
     while i < index.len() {
-        let prefix = index[i].0;
-        let same = index[i..].iter().take_while(|e| e.0 == prefix).count();
+        let prefix = prefix_of(index[i]);
+        let same = index[i..]
+            .iter()
+            .take_while(|e| prefix_of(**e) == prefix)
+            .count();
         if same > 1 {
-            index[i..i + same].sort_by(|a, b| key(a.1).cmp(key(b.1)));
+            index[i..i + same].sort_by(|a, b| key(*a).cmp(key(*b)));
         }
         i += same;
     }
@@ -441,9 +506,9 @@ pub(crate) fn sort_blocks(blocks: &[&[u8]], index: &mut Vec<(u128, u64)>) {
     let mut kept = 0;
     for i in 0..index.len() {
         let entry = index[i];
-        if let Some(next) = index.get(i + 1)
-            && next.0 == entry.0
-            && key(next.1) == key(entry.1)
+        if let Some(&next) = index.get(i + 1)
+            && prefix_of(next) == prefix_of(entry)
+            && key(next) == key(entry)
         {
             continue; // a newer write of the same key follows
         }
@@ -484,7 +549,7 @@ pub(crate) fn entry_at<'a>(blocks: &[&'a [u8]], at: u64) -> (&'a [u8], Option<&'
 /// when nothing older exists. Returns the records emitted.
 pub(crate) fn emit_live<E>(
     blocks: &[&[u8]],
-    index: &[(u128, u64)],
+    index: &[IndexEntry],
     mut emit: impl FnMut(&[u8], fjall::Slice) -> Result<(), E>,
 ) -> Result<u64, E> {
     let mut live: Vec<(&[u8], &[u8])> = Vec::new();
@@ -495,8 +560,8 @@ pub(crate) fn emit_live<E>(
         // value: a buffer holds up to 4 GiB, and a value is smaller).
         live.clear();
         let mut bytes = 0usize;
-        while let Some(&&(_, at)) = next.peek() {
-            if let (key, Some(value)) = entry_at(blocks, at) {
+        while let Some(&&entry) = next.peek() {
+            if let (key, Some(value)) = entry_at(blocks, position(entry)) {
                 if !live.is_empty() && bytes + value.len() > VALUE_BUFFER_BYTES {
                     break;
                 }
@@ -642,12 +707,31 @@ mod tests {
     }
 
     #[test]
+    fn every_key_of_a_bucket_starts_with_its_shared_prefix() {
+        let keys: Vec<Vec<u8>> = (0..2000u32)
+            .map(|i| format!("customer-{:09}-{i:05}", i / 100).into_bytes())
+            .collect();
+        let s = Splitters::from_sample(keys.iter().map(Vec::as_slice).collect(), 16);
+        let shared = s.shared_prefixes();
+        assert_eq!(shared.len(), s.buckets());
+        assert_eq!((shared[0], shared[shared.len() - 1]), (0, 0));
+        assert!(shared[1..shared.len() - 1].iter().all(|n| *n >= 13));
+        for key in &keys {
+            let b = s.bucket(key);
+            if b > 0 {
+                let n = shared[b];
+                assert_eq!(key[..n], s.keys[b - 1][..n], "key {key:?} in bucket {b}");
+            }
+        }
+    }
+
+    #[test]
     fn a_generation_sorts_each_bucket_keeping_the_last_write() {
         let layout = Layout::for_memory(64 << 10);
         let pool = SlabPool::start(layout.slab_bytes, 2).unwrap();
         let keys: Vec<Vec<u8>> = (0..50u32).map(|i| vec![b'k', (i * 5) as u8]).collect();
         let s = Splitters::from_sample(keys.iter().map(Vec::as_slice).collect(), 4);
-        let mut g = Generation::new(layout, s.buckets());
+        let mut g = Generation::new(layout, s.shared_prefixes().into());
         let mut model = std::collections::BTreeMap::new();
         for round in 0..40u32 {
             for k in &keys {
@@ -687,7 +771,7 @@ mod tests {
     fn values_larger_than_a_shared_buffer_reach_fjall_intact() {
         let layout = Layout::for_memory(64 << 10);
         let pool = SlabPool::start(layout.slab_bytes, 2).unwrap();
-        let mut g = Generation::new(layout, 1);
+        let mut g = Generation::new(layout, Arc::from([0usize].as_slice()));
         let sizes = [10usize, 3 << 20, 5 << 20, 7, 1 << 20, 0];
         for (i, n) in sizes.iter().enumerate() {
             g.push(0, &[b'k', i as u8], Some(&vec![i as u8; *n]), &pool);
@@ -695,7 +779,7 @@ mod tests {
         g.push(0, b"k\x09", None, &pool);
         let blocks = g.blocks(0);
         let mut index = Vec::new();
-        sort_blocks(&blocks, &mut index);
+        sort_blocks(&blocks, 0, &mut index);
         let mut got = Vec::new();
         emit_live(&blocks, &index, |key, value| {
             got.push((key.to_vec(), value.to_vec()));

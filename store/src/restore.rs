@@ -27,6 +27,7 @@
 //! [`StoreOptions::restore_threads`]: crate::StoreOptions::restore_threads
 //! [`StoreOptions::restore_batch_bytes`]: crate::StoreOptions::restore_batch_bytes
 
+use std::sync::Arc;
 use std::sync::mpsc::{Receiver, Sender, SyncSender, sync_channel};
 use std::thread::JoinHandle;
 use std::time::Instant;
@@ -37,8 +38,8 @@ use crate::error::{Result, StoreError};
 use crate::kv::check_entry;
 use crate::meta::{self, ChangelogPartition, StoreKind};
 use crate::partition::{
-    Generation, Layout, SAMPLE_PER_BUCKET, Slab, SlabPool, Splitters, entry_at, sort_blocks,
-    split_record,
+    Generation, IndexEntry, Layout, SAMPLE_PER_BUCKET, Slab, SlabPool, Splitters, entry_at,
+    position, sort_blocks, split_record,
 };
 use crate::run_merge::ingest_generations;
 use crate::sorted_run::{Decoded, decode_record, encode_record};
@@ -99,7 +100,7 @@ enum Job {
     /// it into one write batch with the offset it reaches.
     SortedBatch {
         records: Vec<u8>,
-        order: Vec<(u128, u64)>,
+        order: Vec<IndexEntry>,
         next_offset: i64,
         durability: Option<PersistMode>,
     },
@@ -117,6 +118,8 @@ enum Job {
 /// decided their bounds.
 struct Buckets {
     splitters: Splitters,
+    /// The leading key bytes each bucket's keys share.
+    shared: Arc<[usize]>,
     generation: Generation,
 }
 
@@ -463,7 +466,7 @@ impl ChangelogRestorer {
         if self.kind == StoreKind::KeyValue {
             let records = std::mem::take(&mut self.run);
             let mut order = Vec::new();
-            sort_blocks(&[records.as_slice()], &mut order);
+            sort_blocks(&[records.as_slice()], 0, &mut order);
             return self.send(Job::SortedBatch {
                 records,
                 order,
@@ -553,7 +556,7 @@ impl ChangelogRestorer {
         let Some(buckets) = self.buckets.as_mut() else {
             return Ok(());
         };
-        let next = Generation::new(self.layout, buckets.splitters.buckets());
+        let next = Generation::new(self.layout, Arc::clone(&buckets.shared));
         let full = std::mem::replace(&mut buckets.generation, next);
         self.send(Job::Spill(full))
     }
@@ -601,8 +604,10 @@ impl ChangelogRestorer {
             buckets = splitters.buckets(),
             "decided restore buckets"
         );
+        let shared: Arc<[usize]> = splitters.shared_prefixes().into();
         self.buckets = Some(Buckets {
-            generation: Generation::new(self.layout, splitters.buckets()),
+            generation: Generation::new(self.layout, Arc::clone(&shared)),
+            shared,
             splitters,
         });
         for (key, value) in records {
@@ -673,7 +678,8 @@ fn run_worker(
                 };
                 let mut batch = inner.db.batch().durability(durability);
                 let blocks = [records.as_slice()];
-                for &(_, at) in &order {
+                for &entry in &order {
+                    let at = position(entry);
                     let (key, value) = entry_at(&blocks, at);
                     if key.is_empty() {
                         continue; // cannot happen: keys are checked when applied

@@ -384,7 +384,7 @@ pub(crate) fn ingest_generations(
                 }
                 blocks.extend(files.iter().map(|(_, buf)| buf.as_slice()));
                 blocks.extend(memory.blocks(bucket));
-                sort_blocks(&blocks, &mut index);
+                sort_blocks(&blocks, memory.shared_prefix(bucket), &mut index);
                 written += emit_live(&blocks, &index, &mut write)?;
                 continue;
             }

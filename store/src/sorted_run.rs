@@ -118,9 +118,10 @@ mod tests {
         }
         let blocks = [data.as_slice()];
         let mut index = Vec::new();
-        crate::partition::sort_blocks(&blocks, &mut index);
+        crate::partition::sort_blocks(&blocks, 0, &mut index);
         let mut out = Vec::new();
-        for &(_, at) in &index {
+        for &entry in &index {
+            let at = crate::partition::position(entry);
             out.extend(decode_all(crate::partition::record_at(&blocks, at)));
         }
         out
