@@ -1,7 +1,7 @@
 //! Restore and commit throughput of weir-store, measured against baselines run
 //! in the same process on the same disk: fjall batched inserts (1,000 a batch)
 //! and a raw sequential file write with fsync. The raw write and the
-//! empty-store restore run three times each; the medians count.
+//! empty-store restore run three times each, in turns; the medians count.
 //!
 //! ```text
 //! cargo run --release -p weir-benches --bin store_restore -- [RECORDS] [DIR]
@@ -232,29 +232,18 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
         return Ok(());
     }
-    settle();
-    // The raw write is short and noisy (page cache, other tenants), so it is
-    // run three times and the median counts; all three are printed.
+    // The raw write and the empty-store restore are both noisy (page cache,
+    // and other tenants of the machine, which slow the memory-bound restore
+    // far more than the raw write). They run three times each, in turns (a
+    // raw write, then a restore into a new store), so that both see the same
+    // stretch of time; the medians count, and each turn's ratio is printed.
     let mut raws = Vec::new();
+    let mut empties = Vec::new();
+    let mut task = None;
     for i in 1..=3 {
         settle();
         let raw = raw_file_write(dir.path(), records)?;
         raw.print(&format!("baseline: raw file write + fsync, run {i}"));
-        raws.push(raw);
-    }
-    raws.sort_by_key(|f| f.elapsed);
-    let raw = raws.swap_remove(1);
-    raw.print("baseline: raw file write + fsync (median)");
-    settle();
-    let batched = fjall_batched(dir.path(), records)?;
-    batched.print("baseline: fjall batched inserts (1,000/batch)");
-
-    // The empty-store restore needs both cores and memory bandwidth, which
-    // other tenants of the machine take from it unevenly; like the raw write
-    // it runs three times, each into a new store, and the median counts.
-    let mut empties = Vec::new();
-    let mut task = None;
-    for i in 1..=3 {
         // The previous store is closed and deleted first.
         drop(task.take());
         let _ = std::fs::remove_dir_all(dir.path().join("restore"));
@@ -263,12 +252,23 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         settle();
         let empty = restore(&store, 1, 0, records, RestorePath::SortedRuns)?;
         empty.print(&format!("restore into empty store, run {i}"));
+        println!(
+            "  run {i}: empty restore MB/s / raw file MB/s {:.2}x",
+            empty.mb_per_sec() / raw.mb_per_sec()
+        );
+        raws.push(raw);
         empties.push(empty);
         task = Some(store);
     }
+    raws.sort_by_key(|f| f.elapsed);
+    let raw = raws.swap_remove(1);
+    raw.print("baseline: raw file write + fsync (median)");
     empties.sort_by_key(|f| f.elapsed);
     let empty = empties.swap_remove(1);
     empty.print("restore into empty store (median)");
+    settle();
+    let batched = fjall_batched(dir.path(), records)?;
+    batched.print("baseline: fjall batched inserts (1,000/batch)");
     let task = task.ok_or("no store")?;
     // Catch-up: the same number of new records into the now non-empty store.
     settle();
