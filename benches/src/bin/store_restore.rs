@@ -106,13 +106,17 @@ fn fjall_batched(dir: &Path, records: usize) -> Result<Figure, Box<dyn std::erro
     }
     db.persist(fjall::PersistMode::SyncAll)?;
     let elapsed = start.elapsed();
-    // Closing waits for fjall's background work; deleting the files drops
-    // dirty pages that would otherwise be written back while the next
-    // figures are measured.
+    close_and_delete(ks, db, &dir.join("fjall-batched"))?;
+    Ok(Figure { records, elapsed })
+}
+
+/// Closes a baseline's database and deletes it. Closing waits for fjall's
+/// background work; deleting the files drops dirty pages that would
+/// otherwise be written back while the next figures are measured.
+fn close_and_delete(ks: fjall::Keyspace, db: fjall::Database, path: &Path) -> std::io::Result<()> {
     drop(ks);
     drop(db);
-    std::fs::remove_dir_all(dir.join("fjall-batched"))?;
-    Ok(Figure { records, elapsed })
+    std::fs::remove_dir_all(path)
 }
 
 /// fjall's own sorted ingestion of the same records, as a floor for the
@@ -176,9 +180,7 @@ fn fjall_sorted_ingestion(
         first.and(second)
     })?;
     let elapsed = start.elapsed();
-    drop(ks);
-    drop(db);
-    std::fs::remove_dir_all(dir.join("fjall-ingestion"))?;
+    close_and_delete(ks, db, &dir.join("fjall-ingestion"))?;
     Ok(Figure { records, elapsed })
 }
 
