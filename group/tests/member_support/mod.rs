@@ -401,23 +401,25 @@ pub async fn join_member_ids(tk: &weir_testkit::Cluster, client: &str) -> Vec<St
 /// Holds `client`'s next `api` request for `delay` before the coordinator
 /// sees it.
 pub async fn delay_next(tk: &weir_testkit::Cluster, client: &str, api: ApiKey, delay: Duration) {
-    tk.intercept(
-        weir_testkit::Intercept::new(
-            weir_testkit::RequestMatcher::api(api).client(client),
-            weir_testkit::InterceptAction::Delay(delay),
-        )
-        .times(1),
-    )
-    .await
-    .unwrap();
+    intercept_next(tk, client, api, weir_testkit::InterceptAction::Delay(delay)).await;
 }
 
 /// Makes `client`'s next `api` request fail with `code`.
 pub async fn fail_next(tk: &weir_testkit::Cluster, client: &str, api: ApiKey, code: i16) {
+    intercept_next(tk, client, api, weir_testkit::InterceptAction::Error(code)).await;
+}
+
+/// Applies `action` to `client`'s next `api` request only.
+async fn intercept_next(
+    tk: &weir_testkit::Cluster,
+    client: &str,
+    api: ApiKey,
+    action: weir_testkit::InterceptAction,
+) {
     tk.intercept(
         weir_testkit::Intercept::new(
             weir_testkit::RequestMatcher::api(api).client(client),
-            weir_testkit::InterceptAction::Error(code),
+            action,
         )
         .times(1),
     )
