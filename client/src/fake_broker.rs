@@ -140,23 +140,32 @@ pub(crate) async fn spawn_broker(handler: Handler) -> (SocketAddr, Arc<AtomicUsi
     (addr, accepted)
 }
 
+/// A Metadata entry for broker `node` listening on loopback `port`.
+pub(crate) fn loopback_broker(
+    node: i32,
+    port: u16,
+) -> weir_protocol::kafka_protocol::messages::metadata_response::MetadataResponseBroker {
+    use weir_protocol::kafka_protocol::messages::BrokerId;
+    use weir_protocol::kafka_protocol::messages::metadata_response::MetadataResponseBroker;
+    use weir_protocol::kafka_protocol::protocol::StrBytes;
+    MetadataResponseBroker::default()
+        .with_node_id(BrokerId(node))
+        .with_host(StrBytes::from_static_str("127.0.0.1"))
+        .with_port(i32::from(port))
+}
+
 /// A Metadata answer for one broker (node 1 on loopback `port`, also the
 /// controller) that leads `partitions` of topic `topic`.
 pub(crate) fn single_broker_metadata(port: u16, topic: &str, partitions: &[i32]) -> ResponseKind {
     use weir_protocol::kafka_protocol::messages::metadata_response::{
-        MetadataResponseBroker, MetadataResponsePartition, MetadataResponseTopic,
+        MetadataResponsePartition, MetadataResponseTopic,
     };
     use weir_protocol::kafka_protocol::messages::{BrokerId, MetadataResponse, TopicName};
     use weir_protocol::kafka_protocol::protocol::StrBytes;
     ResponseKind::Metadata(
         MetadataResponse::default()
             .with_controller_id(BrokerId(1))
-            .with_brokers(vec![
-                MetadataResponseBroker::default()
-                    .with_node_id(BrokerId(1))
-                    .with_host(StrBytes::from_static_str("127.0.0.1"))
-                    .with_port(i32::from(port)),
-            ])
+            .with_brokers(vec![loopback_broker(1, port)])
             .with_topics(vec![
                 MetadataResponseTopic::default()
                     .with_name(Some(TopicName(StrBytes::from_string(topic.to_owned()))))

@@ -9,7 +9,7 @@ use weir_protocol::kafka_protocol::messages::list_offsets_response::{
     ListOffsetsPartitionResponse, ListOffsetsTopicResponse,
 };
 use weir_protocol::kafka_protocol::messages::metadata_response::{
-    MetadataResponseBroker, MetadataResponsePartition, MetadataResponseTopic,
+    MetadataResponsePartition, MetadataResponseTopic,
 };
 use weir_protocol::kafka_protocol::messages::{
     BrokerId as WireId, CreateTopicsResponse, ListOffsetsResponse, MetadataResponse, RequestKind,
@@ -18,7 +18,7 @@ use weir_protocol::kafka_protocol::messages::{
 use weir_protocol::kafka_protocol::protocol::StrBytes;
 
 use super::*;
-use crate::fake_broker::{Handler, Reply, spawn_broker};
+use crate::fake_broker::{Handler, Reply, loopback_broker, spawn_broker};
 
 fn config(bootstrap: &str) -> ClientConfig {
     ClientConfig::builder()
@@ -32,12 +32,6 @@ fn config(bootstrap: &str) -> ClientConfig {
 /// Two brokers (ids 1 and 2); topic `t` has partition 0 on broker 1 and
 /// partition 1 on `p1_leader`.
 fn metadata(ports: &[u16; 2], p1_leader: i32) -> ResponseKind {
-    let broker = |id: i32, port: u16| {
-        MetadataResponseBroker::default()
-            .with_node_id(WireId(id))
-            .with_host(StrBytes::from_static_str("127.0.0.1"))
-            .with_port(i32::from(port))
-    };
     let partition = |i: i32, leader: i32| {
         MetadataResponsePartition::default()
             .with_partition_index(i)
@@ -46,7 +40,10 @@ fn metadata(ports: &[u16; 2], p1_leader: i32) -> ResponseKind {
     ResponseKind::Metadata(
         MetadataResponse::default()
             .with_controller_id(WireId(1))
-            .with_brokers(vec![broker(1, ports[0]), broker(2, ports[1])])
+            .with_brokers(vec![
+                loopback_broker(1, ports[0]),
+                loopback_broker(2, ports[1]),
+            ])
             .with_topics(vec![
                 MetadataResponseTopic::default()
                     .with_name(Some(TopicName(StrBytes::from_static_str("t"))))

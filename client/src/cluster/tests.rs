@@ -7,7 +7,7 @@ use std::time::Duration;
 use tokio::sync::watch;
 use weir_protocol::kafka_protocol::messages::find_coordinator_response::Coordinator;
 use weir_protocol::kafka_protocol::messages::metadata_response::{
-    MetadataResponseBroker, MetadataResponsePartition, MetadataResponseTopic,
+    MetadataResponsePartition, MetadataResponseTopic,
 };
 use weir_protocol::kafka_protocol::messages::{
     BrokerId as WireId, FetchRequest, FetchResponse, FindCoordinatorResponse, HeartbeatRequest,
@@ -16,7 +16,7 @@ use weir_protocol::kafka_protocol::messages::{
 use weir_protocol::kafka_protocol::protocol::StrBytes;
 
 use super::*;
-use crate::fake_broker::{Handler, Reply, spawn_broker};
+use crate::fake_broker::{Handler, Reply, loopback_broker, spawn_broker};
 
 fn config(bootstrap: &[String]) -> ClientConfig {
     ClientConfig::builder()
@@ -32,12 +32,7 @@ fn config(bootstrap: &[String]) -> ClientConfig {
 fn metadata(port: u16, topic: Option<(i32, i16)>) -> ResponseKind {
     let mut r = MetadataResponse::default()
         .with_controller_id(WireId(1))
-        .with_brokers(vec![
-            MetadataResponseBroker::default()
-                .with_node_id(WireId(1))
-                .with_host(StrBytes::from_static_str("127.0.0.1"))
-                .with_port(i32::from(port)),
-        ]);
+        .with_brokers(vec![loopback_broker(1, port)]);
     if let Some((leader, error)) = topic {
         r = r.with_topics(vec![
             MetadataResponseTopic::default()
