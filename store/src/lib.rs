@@ -39,7 +39,9 @@ pub use kv::KeyValueStore;
 pub use merge::MergedEntries;
 pub use meta::{ChangelogPartition, FORMAT, Registration, StoreKind};
 pub use options::{Durability, StoreOptions};
-pub use restore::{ChangelogRecord, ChangelogRestorer, RestorePath, RestoreProgress};
+pub use restore::{
+    ChangelogRecord, ChangelogRestorer, RestorePath, RestoreProgress, WriteProgress,
+};
 pub use task_store::{CommittedOffset, DB_DIR, TaskStore};
 pub use typed::{TypedKeyValueStore, TypedWindowStore};
 pub use window::{

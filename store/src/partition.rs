@@ -11,15 +11,21 @@
 //! Memory comes in slabs from a [`SlabPool`], whose thread touches every page
 //! of a new slab before handing it over, so the page faults of a large restore
 //! are taken off the thread that receives records. A generation's slabs go
-//! back to the pool once it has been spilled.
+//! back to the pool once it has been spilled, and the pool makes no more
+//! slabs than two generations take, so memory stays within the budget
+//! however long the restore.
 //!
 //! Bucket bounds only decide where work is split, never what is written: with
 //! skewed keys, one bucket just gets larger and is sorted the slow way.
 
 use std::cmp::Ordering;
 use std::sync::Arc;
-use std::sync::mpsc::{Receiver, Sender, SyncSender, TryRecvError, channel, sync_channel};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering as AtomicOrdering};
+use std::sync::mpsc::{
+    Receiver, RecvTimeoutError, Sender, SyncSender, TryRecvError, channel, sync_channel,
+};
 use std::thread::JoinHandle;
+use std::time::Duration;
 
 use crate::sorted_run::{Decoded, HEADER_LEN, decode_record, key_prefix};
 
@@ -46,6 +52,13 @@ pub(crate) struct Layout {
 }
 
 impl Layout {
+    /// The most slabs a restore needs at once: two generations (one filling,
+    /// one being spilled), each overshooting by the slab it was filling,
+    /// `ahead` slabs ready and the one the pool's thread is preparing.
+    pub(crate) fn max_slabs(&self, ahead: usize) -> usize {
+        2 * (self.generation_bytes.div_ceil(self.slab_bytes) + 1) + ahead + 1
+    }
+
     /// Two generations (one filling, one being spilled) share `memory_bytes`.
     pub(crate) fn for_memory(memory_bytes: usize) -> Self {
         let generation_bytes = (memory_bytes / 2).max(16 << 10);
@@ -151,55 +164,135 @@ impl Splitters {
     }
 }
 
-/// A slab of memory; its contents are whatever was last written.
-pub(crate) type Slab = Box<[u8]>;
-
-/// A new slab, its pages not touched yet.
-fn new_slab(bytes: usize) -> Slab {
-    vec![0u8; bytes].into_boxed_slice()
+/// A slab of memory; its contents are whatever was last written. A slab of
+/// a [`SlabPool`] counts itself among the pool's slabs until it is dropped.
+#[derive(Debug)]
+pub(crate) struct Slab {
+    bytes: Box<[u8]>,
+    pooled: Option<Arc<AtomicUsize>>,
 }
+
+impl std::ops::Deref for Slab {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        &self.bytes
+    }
+}
+
+impl std::ops::DerefMut for Slab {
+    fn deref_mut(&mut self) -> &mut [u8] {
+        &mut self.bytes
+    }
+}
+
+impl Drop for Slab {
+    fn drop(&mut self) {
+        if let Some(live) = &self.pooled {
+            live.fetch_sub(1, AtomicOrdering::AcqRel);
+        }
+    }
+}
+
+/// A new slab outside any pool, its pages not touched yet.
+fn new_slab(bytes: usize) -> Slab {
+    Slab {
+        bytes: vec![0u8; bytes].into_boxed_slice(),
+        pooled: None,
+    }
+}
+
+/// How long the pool's thread waits for a slab to come back before it looks
+/// again whether it may make one (a slab dropped instead of returned, by a
+/// worker that failed, frees room without a message).
+const RETURN_WAIT: Duration = Duration::from_millis(20);
+
+/// How long [`SlabPool::take`] waits at the cap for a slab to come back.
+const CAP_WAIT: Duration = Duration::from_millis(500);
 
 /// Hands out slabs whose pages are already touched, from a thread of its own,
 /// and takes spilled ones back for reuse.
+///
+/// The slabs in existence are capped. Without a cap, each time the pool's
+/// thread fell behind (both cores busy) the caller made a slab on the spot,
+/// and it stayed in use: over a long restore, memory grew past the budget.
 #[derive(Debug)]
 pub(crate) struct SlabPool {
     slab_bytes: usize,
+    max_slabs: usize,
+    /// Slabs of this pool in existence.
+    live: Arc<AtomicUsize>,
     /// Slabs taken ready, and taken new because none was ready.
     taken: std::cell::Cell<(u64, u64)>,
     ready: Option<Receiver<Slab>>,
-    returns: Sender<Slab>,
+    returns: Option<Sender<Slab>>,
+    stop: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
 }
 
 impl SlabPool {
-    /// Keeps up to `ahead` slabs ready.
-    pub(crate) fn start(slab_bytes: usize, ahead: usize) -> std::io::Result<Self> {
+    /// Keeps up to `ahead` slabs ready, and at most `max_slabs` in existence.
+    pub(crate) fn start(
+        slab_bytes: usize,
+        ahead: usize,
+        max_slabs: usize,
+    ) -> std::io::Result<Self> {
         let (ready_tx, ready) = sync_channel::<Slab>(ahead.max(1));
         let (returns, returned) = channel::<Slab>();
+        let live = Arc::new(AtomicUsize::new(0));
+        let stop = Arc::new(AtomicBool::new(false));
+        let maker = SlabMaker {
+            slab_bytes,
+            max_slabs,
+            live: Arc::clone(&live),
+        };
+        let thread_stop = Arc::clone(&stop);
         let thread = std::thread::Builder::new()
             .name("weir-restore-slabs".into())
-            .spawn(move || prepare_slabs(slab_bytes, &ready_tx, &returned))?;
+            .spawn(move || prepare_slabs(&maker, &ready_tx, &returned, &thread_stop))?;
         Ok(Self {
             slab_bytes,
+            max_slabs,
+            live,
             taken: std::cell::Cell::new((0, 0)),
             ready: Some(ready),
-            returns,
+            returns: Some(returns),
+            stop,
             thread: Some(thread),
         })
     }
 
-    /// A ready slab, or a new untouched one if none is ready (never waits).
+    /// A ready slab; else a new untouched one, if the cap allows; else waits
+    /// for one to come back from a spill. A restore hands a generation over
+    /// to be spilled once it is full, so one comes back within a spill; if
+    /// none has after [`CAP_WAIT`], the caller holds more than a restore
+    /// would, and gets a new slab past the cap rather than wait forever.
     pub(crate) fn take(&self) -> Slab {
         let (ready, new) = self.taken.get();
-        match self.ready.as_ref().map(Receiver::try_recv) {
-            Some(Ok(slab)) => {
-                self.taken.set((ready + 1, new));
-                slab
-            }
-            _ => {
-                self.taken.set((ready, new + 1));
-                new_slab(self.slab_bytes)
-            }
+        let Some(queue) = self.ready.as_ref() else {
+            return new_slab(self.slab_bytes);
+        };
+        if let Ok(slab) = queue.try_recv() {
+            self.taken.set((ready + 1, new));
+            return slab;
+        }
+        let maker = SlabMaker {
+            slab_bytes: self.slab_bytes,
+            max_slabs: self.max_slabs,
+            live: Arc::clone(&self.live),
+        };
+        if let Some(slab) = maker.make() {
+            self.taken.set((ready, new + 1));
+            return slab;
+        }
+        if let Ok(slab) = queue.recv_timeout(CAP_WAIT) {
+            self.taken.set((ready + 1, new));
+            return slab;
+        }
+        self.taken.set((ready, new + 1));
+        self.live.fetch_add(1, AtomicOrdering::AcqRel);
+        Slab {
+            bytes: vec![0u8; self.slab_bytes].into_boxed_slice(),
+            pooled: Some(Arc::clone(&self.live)),
         }
     }
 
@@ -209,35 +302,79 @@ impl SlabPool {
     }
 
     /// Where spilled slabs go back to.
-    pub(crate) fn returns(&self) -> Sender<Slab> {
+    pub(crate) fn returns(&self) -> Option<Sender<Slab>> {
         self.returns.clone()
+    }
+
+    /// Slabs of this pool in existence.
+    #[cfg(test)]
+    fn live(&self) -> usize {
+        self.live.load(AtomicOrdering::Acquire)
     }
 }
 
 impl Drop for SlabPool {
     fn drop(&mut self) {
-        // Closing the ready channel stops the thread at its next send.
+        // Closing the ready channel stops the thread at its next send; the
+        // flag stops it while it waits for a slab to come back.
         self.ready = None;
+        self.returns = None;
+        self.stop.store(true, AtomicOrdering::Release);
         if let Some(thread) = self.thread.take() {
             let _ = thread.join();
         }
     }
 }
 
-fn prepare_slabs(slab_bytes: usize, ready: &SyncSender<Slab>, returned: &Receiver<Slab>) {
-    loop {
+/// Makes pool slabs while fewer than the cap exist.
+struct SlabMaker {
+    slab_bytes: usize,
+    max_slabs: usize,
+    live: Arc<AtomicUsize>,
+}
+
+impl SlabMaker {
+    /// A new slab of the pool, its pages not touched yet, unless the cap is
+    /// reached.
+    fn make(&self) -> Option<Slab> {
+        self.live
+            .fetch_update(AtomicOrdering::AcqRel, AtomicOrdering::Acquire, |n| {
+                (n < self.max_slabs).then_some(n + 1)
+            })
+            .ok()?;
+        Some(Slab {
+            bytes: vec![0u8; self.slab_bytes].into_boxed_slice(),
+            pooled: Some(Arc::clone(&self.live)),
+        })
+    }
+}
+
+fn prepare_slabs(
+    maker: &SlabMaker,
+    ready: &SyncSender<Slab>,
+    returned: &Receiver<Slab>,
+    stop: &AtomicBool,
+) {
+    while !stop.load(AtomicOrdering::Acquire) {
         let slab = match returned.try_recv() {
-            Ok(slab) if slab.len() == slab_bytes => slab,
+            Ok(slab) if slab.len() == maker.slab_bytes => slab,
             Ok(_) => continue, // a dedicated slab of one large record
-            Err(TryRecvError::Empty | TryRecvError::Disconnected) => {
-                let mut slab = new_slab(slab_bytes);
-                // One write per page faults the page in here, not later on
-                // the thread that copies records into it.
-                for byte in slab.iter_mut().step_by(PAGE_BYTES) {
-                    *byte = 1;
+            Err(TryRecvError::Empty | TryRecvError::Disconnected) => match maker.make() {
+                Some(mut slab) => {
+                    // One write per page faults the page in here, not later
+                    // on the thread that copies records into it.
+                    for byte in slab.iter_mut().step_by(PAGE_BYTES) {
+                        *byte = 1;
+                    }
+                    slab
                 }
-                slab
-            }
+                // As many slabs exist as the budget allows: wait for one.
+                None => match returned.recv_timeout(RETURN_WAIT) {
+                    Ok(slab) if slab.len() == maker.slab_bytes => slab,
+                    Ok(_) | Err(RecvTimeoutError::Timeout) => continue,
+                    Err(RecvTimeoutError::Disconnected) => return,
+                },
+            },
         };
         if ready.send(slab).is_err() {
             return;
@@ -726,9 +863,36 @@ mod tests {
     }
 
     #[test]
+    fn the_pool_never_makes_more_slabs_than_its_cap() {
+        let pool = SlabPool::start(4096, 2, 3).unwrap();
+        let returns = pool.returns().unwrap();
+        let mut held: Vec<Slab> = (0..3).map(|_| pool.take()).collect();
+        assert_eq!(pool.live(), 3);
+        // At the cap, a take waits for a slab to come back, and gets it.
+        let mut marked = held.pop().unwrap();
+        marked[1] = 42;
+        returns.send(marked).unwrap();
+        let again = pool.take();
+        assert_eq!((again[1], pool.live()), (42, 3));
+        held.push(again);
+        // A slab dropped instead of returned makes room for a new one.
+        held.pop();
+        assert_eq!(pool.live(), 2);
+        held.push(pool.take());
+        assert_eq!(pool.live(), 3);
+        // A caller that holds the cap and returns nothing still gets a slab,
+        // after a wait, rather than waiting forever.
+        held.push(pool.take());
+        assert_eq!(pool.live(), 4);
+        drop(pool);
+        drop(held);
+    }
+
+    #[test]
     fn a_generation_sorts_each_bucket_keeping_the_last_write() {
         let layout = Layout::for_memory(64 << 10);
-        let pool = SlabPool::start(layout.slab_bytes, 2).unwrap();
+        // The generation grows past its budget and is never spilled: no cap.
+        let pool = SlabPool::start(layout.slab_bytes, 2, usize::MAX).unwrap();
         let keys: Vec<Vec<u8>> = (0..50u32).map(|i| vec![b'k', (i * 5) as u8]).collect();
         let s = Splitters::from_sample(keys.iter().map(Vec::as_slice).collect(), 4);
         let mut g = Generation::new(layout, s.shared_prefixes().into());
@@ -770,7 +934,8 @@ mod tests {
     #[test]
     fn values_larger_than_a_shared_buffer_reach_fjall_intact() {
         let layout = Layout::for_memory(64 << 10);
-        let pool = SlabPool::start(layout.slab_bytes, 2).unwrap();
+        // The generation grows past its budget and is never spilled: no cap.
+        let pool = SlabPool::start(layout.slab_bytes, 2, usize::MAX).unwrap();
         let mut g = Generation::new(layout, Arc::from([0usize].as_slice()));
         let sizes = [10usize, 3 << 20, 5 << 20, 7, 1 << 20, 0];
         for (i, n) in sizes.iter().enumerate() {

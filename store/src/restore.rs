@@ -28,6 +28,7 @@
 //! [`StoreOptions::restore_batch_bytes`]: crate::StoreOptions::restore_batch_bytes
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering as AtomicOrdering};
 use std::sync::mpsc::{Receiver, Sender, SyncSender, sync_channel};
 use std::thread::JoinHandle;
 use std::time::Instant;
@@ -53,6 +54,15 @@ const MAX_BATCH_BUFFER_BYTES: usize = 1 << 30;
 
 /// Progress of a restore is logged every this many bytes of records.
 const PROGRESS_LOG_BYTES: u64 = 256 << 20;
+
+/// Drops `value` on a thread of its own: freeing a generation's memory takes
+/// a while, and need not delay the restore. (If no thread can be started,
+/// the closure and what it holds are dropped right here.)
+fn free_in_background<T: Send + 'static>(value: T) {
+    let _ = std::thread::Builder::new()
+        .name("weir-restore-free".into())
+        .spawn(move || drop(value));
+}
 
 /// One changelog record: a put, or a tombstone when `value` is `None`.
 #[derive(Debug, Clone, Copy)]
@@ -83,6 +93,20 @@ impl RestoreProgress {
     pub fn remaining(&self) -> Option<i64> {
         self.next_offset.map(|next| (self.end_offset - next).max(0))
     }
+}
+
+/// How far [`ChangelogRestorer::finish_with_progress`] got writing the
+/// records of a bulk restore (an empty key-value store) into the store.
+///
+/// Bytes are those of the records as the restore holds them, in memory and in
+/// its spill files (a spill file keeps one write per key), overwritten writes
+/// included: they measure the work, not the size of the store.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WriteProgress {
+    /// Bytes sorted and written into the store so far.
+    pub bytes_done: u64,
+    /// Bytes to sort and write in all.
+    pub bytes_total: u64,
 }
 
 /// Which write path a restorer uses.
@@ -218,7 +242,7 @@ impl TaskStore {
             // Two slabs (2 MiB) prepared ahead keep the caller from faulting
             // pages in; in A/B runs they were as fast as sixteen, or a little
             // faster, and hold less memory.
-            let slabs = SlabPool::start(layout.slab_bytes, 2)
+            let slabs = SlabPool::start(layout.slab_bytes, 2, layout.max_slabs(2))
                 .map_err(|e| StoreError::io(self.path(), e))?;
             (Some(spill), Some(slabs))
         } else {
@@ -227,7 +251,7 @@ impl TaskStore {
         // A rendezvous: the worker holds at most the job it is writing, so at
         // most two generations are in memory.
         let (jobs, rx) = sync_channel::<Job>(0);
-        let returns = slabs.as_ref().map(SlabPool::returns);
+        let returns = slabs.as_ref().and_then(SlabPool::returns);
         let worker_task = self.clone();
         let worker_store = store.to_owned();
         let worker_partition = partition.clone();
@@ -369,7 +393,28 @@ impl ChangelogRestorer {
     /// # Errors
     ///
     /// The worker's write error, or fjall errors committing the offset.
-    pub fn finish(mut self) -> Result<RestoreProgress> {
+    pub fn finish(self) -> Result<RestoreProgress> {
+        self.finish_with_progress(|_| {})
+    }
+
+    /// [`finish`](Self::finish), telling `report` how far the writing got.
+    ///
+    /// A bulk restore ([`RestorePath::SortedRuns`]) writes most of its records
+    /// here, after the last [`apply`](Self::apply): for a store of gigabytes
+    /// this takes about as long as applying them. `report` is called after
+    /// each key range bucket is written (a few hundred times, or more for a
+    /// large store), from the writing threads but one call at a time, with
+    /// `bytes_done` growing to `bytes_total`. Progress is also logged every
+    /// 256 MiB. A restore through write batches ([`RestorePath::Batches`])
+    /// wrote its records as they were applied, and never calls it.
+    ///
+    /// # Errors
+    ///
+    /// As [`finish`](Self::finish).
+    pub fn finish_with_progress(
+        mut self,
+        report: impl Fn(WriteProgress) + Sync,
+    ) -> Result<RestoreProgress> {
         match self.path {
             RestorePath::Batches => {
                 let durability = self.task.inner.options.durability.persist_mode();
@@ -384,6 +429,12 @@ impl ChangelogRestorer {
                 let buckets = self.buckets.take();
                 let spill = self.join()?;
                 let joined = started.elapsed();
+                // No slab is taken from here on. The pool holds the slabs of
+                // the last spilled generation, up to half the budget: they
+                // are freed now, not after the merge, on a thread of their own.
+                let slabs = self.slabs.take();
+                let (slabs_ready, slabs_new) = slabs.as_ref().map_or((0, 0), SlabPool::taken);
+                free_in_background(slabs);
                 let (Some(keyspace), Some(buckets)) = (&self.keyspace, buckets) else {
                     return Err(StoreError::UnknownStore(self.store.clone()));
                 };
@@ -391,6 +442,26 @@ impl ChangelogRestorer {
                 let options = &self.task.inner.options;
                 // Each writer may hold one bucket of every generation.
                 let read_bucket_bytes = (options.restore_memory_bytes / 8) as u64;
+                let next_log = AtomicU64::new(0);
+                let (store, partition) = (&self.store, &self.partition);
+                let logged_report = |progress: WriteProgress| {
+                    report(progress);
+                    // Reports come one at a time, so a plain load and store do.
+                    if progress.bytes_done >= next_log.load(AtomicOrdering::Relaxed) {
+                        next_log.store(
+                            progress.bytes_done + PROGRESS_LOG_BYTES,
+                            AtomicOrdering::Relaxed,
+                        );
+                        tracing::info!(
+                            %store,
+                            %partition,
+                            bytes_done = progress.bytes_done,
+                            bytes_total = progress.bytes_total,
+                            spilled_files = spilled.len(),
+                            "restore writing into the store"
+                        );
+                    }
+                };
                 let written = ingest_generations(
                     &spilled,
                     &buckets.generation,
@@ -398,12 +469,11 @@ impl ChangelogRestorer {
                     options.restore_threads,
                     read_bucket_bytes,
                     self.task.path(),
+                    &logged_report,
                 )?;
                 let merged = started.elapsed();
                 let spilled_files = spilled.len();
                 drop(spill);
-                let slabs = self.slabs.take();
-                let (slabs_ready, slabs_new) = slabs.as_ref().map_or((0, 0), SlabPool::taken);
                 // Where the time of the final step went, for profiling.
                 tracing::debug!(
                     store = %self.store,
@@ -416,13 +486,7 @@ impl ChangelogRestorer {
                     merge_ms = (merged - joined).as_millis(),
                     "wrote the buckets into the store"
                 );
-                // Freeing a generation's memory takes a while; it need not
-                // delay the commit. (If no thread can be started, the
-                // closure and what it holds are dropped right here.)
-                let generation = buckets.generation;
-                let _ = std::thread::Builder::new()
-                    .name("weir-restore-free".into())
-                    .spawn(move || drop((generation, slabs)));
+                free_in_background(buckets.generation);
                 let inner = &self.task.inner;
                 let mut batch = inner.db.batch().durability(Some(PersistMode::SyncAll));
                 if let Some(next) = self.progress.next_offset {
@@ -569,7 +633,11 @@ impl ChangelogRestorer {
         let Some(buckets) = self.buckets.as_mut() else {
             encode_record(&mut self.sample, key, value);
             self.sample_records += 1;
-            if self.sample_records >= self.layout.buckets * SAMPLE_PER_BUCKET {
+            // Large values end the sample early: it takes at most a
+            // generation's memory, as the first generation does after it.
+            if self.sample_records >= self.layout.buckets * SAMPLE_PER_BUCKET
+                || self.sample.len() >= self.layout.generation_bytes
+            {
                 self.start_buckets()?;
             }
             return Ok(());

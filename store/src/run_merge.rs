@@ -12,11 +12,13 @@ use std::fs::File;
 use std::io::{Read, Seek, SeekFrom};
 use std::ops::Range;
 use std::path::{Path, PathBuf};
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering as AtomicOrdering};
 use std::time::Instant;
 
 use crate::error::{Result, StoreError};
 use crate::partition::{Generation, emit_live, sort_blocks};
+use crate::restore::WriteProgress;
 use crate::sorted_run::{Decoded, HEADER_LEN, RecordLayout, decode_record, key_prefix};
 use crate::spill::SpilledGeneration;
 
@@ -324,7 +326,9 @@ pub(crate) fn bucket_ranges(sizes: &[u64], parts: usize) -> Vec<Range<usize>> {
 /// one fjall ingestion per range of buckets, on `threads` cores (the caller's
 /// thread among the writers). A bucket whose writes over all generations
 /// take at most `read_bucket_bytes` is read into memory and sorted there;
-/// a larger one is merged from the files. Returns the records written.
+/// a larger one is merged from the files. After each bucket, `report` is
+/// told how far the writing got (one call at a time, in order). Returns the
+/// records written.
 pub(crate) fn ingest_generations(
     spilled: &[&SpilledGeneration],
     memory: &Generation,
@@ -332,6 +336,7 @@ pub(crate) fn ingest_generations(
     threads: usize,
     read_bucket_bytes: u64,
     db_path: &Path,
+    report: &(dyn Fn(WriteProgress) + Sync),
 ) -> Result<u64> {
     let buckets = memory.buckets();
     let sizes: Vec<u64> = (0..buckets)
@@ -340,6 +345,19 @@ pub(crate) fn ingest_generations(
         })
         .collect();
     let total: u64 = sizes.iter().sum();
+    // Bytes of the buckets written so far. Reporting under the lock keeps
+    // the reports in order, one at a time.
+    let done = Mutex::new(0u64);
+    let bucket_done = |bytes: u64| {
+        let mut done = done
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        *done += bytes;
+        report(WriteProgress {
+            bytes_done: *done,
+            bytes_total: total,
+        });
+    };
     let threads = threads.max(1);
     // Each range ends in a fjall ingestion `finish` that writes the filter
     // and index and fsyncs the table. Four ranges per thread keep the last
@@ -386,6 +404,7 @@ pub(crate) fn ingest_generations(
                 blocks.extend(memory.blocks(bucket));
                 sort_blocks(&blocks, memory.shared_prefix(bucket), &mut index);
                 written += emit_live(&blocks, &index, &mut write)?;
+                bucket_done(bytes);
                 continue;
             }
             // A bucket too large to hold at once is merged from the files.
@@ -401,6 +420,7 @@ pub(crate) fn ingest_generations(
                 Some(v) => write(key, fjall::Slice::from(v)),
                 None => Ok(()),
             })?;
+            bucket_done(bytes);
         }
         let wrote = started.elapsed();
         ingestion.finish().map_err(engine("finishing ingestion"))?;

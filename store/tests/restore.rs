@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use weir_store::{
     ChangelogPartition, ChangelogRecord, CommittedOffset, RestorePath, StoreError, StoreOptions,
-    TaskStore, window_changelog_key,
+    TaskStore, WriteProgress, window_changelog_key,
 };
 
 type Record = (i64, Vec<u8>, Option<Vec<u8>>);
@@ -140,7 +140,12 @@ fn catch_up_into_a_non_empty_store_uses_atomic_batches_with_offsets() {
     // Resume from there to the end.
     let mut restorer = task.restorer("kv", tp.clone(), 5_000).unwrap();
     apply_in_chunks(&mut restorer, &records[reached as usize..]);
-    restorer.finish().unwrap();
+    // Batches were written as they were applied: finish has nothing to report.
+    let reports = std::sync::Mutex::new(Vec::new());
+    restorer
+        .finish_with_progress(|p| reports.lock().unwrap().push(p))
+        .unwrap();
+    assert_eq!(reports.into_inner().unwrap(), Vec::new());
     assert_eq!(task.committed_offset(&tp), CommittedOffset::Known(5_000));
     assert_eq!(contents(&task, "kv"), model(&records));
 }
@@ -226,9 +231,13 @@ fn restore_matches_the_model(records: &[Record], options: StoreOptions) {
         let mut restorer = task.restorer("kv", tp.clone(), end).unwrap();
         assert_eq!(restorer.path(), RestorePath::SortedRuns);
         apply_in_chunks(&mut restorer, records);
-        let done = restorer.finish().unwrap();
+        let reports = std::sync::Mutex::new(Vec::new());
+        let done = restorer
+            .finish_with_progress(|p| reports.lock().unwrap().push(p))
+            .unwrap();
         assert_eq!(done.records, records.len() as u64);
         assert_eq!(contents(&task, "kv"), model(records));
+        check_write_progress(&reports.into_inner().unwrap(), records);
         assert_eq!(task.committed_offset(&tp), expected);
         assert!(
             !dir.path().join("restore-spill").join("kv").exists(),
@@ -238,6 +247,32 @@ fn restore_matches_the_model(records: &[Record], options: StoreOptions) {
     let task = TaskStore::open(dir.path(), options).unwrap();
     assert_eq!(task.committed_offset(&tp), expected);
     assert_eq!(contents(&task, "kv"), model(records));
+}
+
+/// The write progress `finish` reported: in order, growing to its total,
+/// which covers at least every key and value byte of the restored state.
+fn check_write_progress(reports: &[WriteProgress], records: &[Record]) {
+    let Some(last) = reports.last() else {
+        assert!(records.is_empty(), "no write progress reported");
+        return;
+    };
+    let bytes: u64 = model(records)
+        .iter()
+        .map(|(k, v)| (k.len() + v.len()) as u64)
+        .sum();
+    assert!(last.bytes_total >= bytes, "{last:?} for {bytes} bytes");
+    assert_eq!(last.bytes_done, last.bytes_total);
+    assert!(reports.iter().all(|p| p.bytes_total == last.bytes_total));
+    assert!(
+        reports
+            .windows(2)
+            .all(|w| w[0].bytes_done <= w[1].bytes_done),
+        "write progress went backwards"
+    );
+    if !records.is_empty() {
+        // One report per bucket, and a restore has many buckets.
+        assert!(reports.len() > 1, "{reports:?}");
+    }
 }
 
 /// Memory budgets that take each way through an empty-store restore: many
