@@ -12,6 +12,10 @@
 //! `WEIR_BENCH_EMPTY_ONLY=1` runs only the empty-store restore and prints the
 //! process CPU time it took (for profiling it, e.g. under `perf record`).
 //! With it, `WEIR_BENCH_MEMORY_MB=N` sets the restore's memory budget.
+//! `WEIR_BENCH_ONE_TURN=1` runs one raw write and one empty-store restore,
+//! prints their ratio and the process's peak memory, and nothing else: for
+//! stores much larger than the page cache, where the other figures would
+//! take too long (fjall's batched inserts of 100M records take minutes).
 //! `WEIR_BENCH_PHASES=1` prints the time spent in `apply`, before `finish`
 //! and in `finish`; `RUST_LOG=weir_store=debug` logs where the restore's
 //! time went.
@@ -299,6 +303,23 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 after - before
             );
         }
+        print_peak_memory();
+        return Ok(());
+    }
+    if std::env::var_os("WEIR_BENCH_ONE_TURN").is_some() {
+        settle();
+        let raw = raw_file_write(dir.path(), records)?;
+        raw.print("baseline: raw file write + fsync");
+        let task = TaskStore::open(dir.path().join("restore"), StoreOptions::default())?;
+        task.key_value_store("kv")?;
+        settle();
+        let empty = restore(&task, 1, 0, records, RestorePath::SortedRuns)?;
+        empty.print("restore into empty store (sorted runs)");
+        println!(
+            "ratio empty restore MB/s / raw file MB/s {:.3}x",
+            empty.mb_per_sec() / raw.mb_per_sec()
+        );
+        print_peak_memory();
         return Ok(());
     }
     // The raw write and the empty-store restore are both noisy (page cache,
@@ -398,6 +419,20 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// timed; skipped where there is no `sync` command.
 fn settle() {
     let _ = std::process::Command::new("sync").status();
+}
+
+/// Prints the process's peak resident memory so far (Linux only): the
+/// restore's, since nothing else in the process holds much.
+fn print_peak_memory() {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    if let Some(line) = status.lines().find(|l| l.starts_with("VmHWM:")) {
+        let kb = line
+            .trim_start_matches("VmHWM:")
+            .trim()
+            .trim_end_matches("kB")
+            .trim();
+        println!("peak resident memory of the process: {kb} kB");
+    }
 }
 
 /// User + system CPU seconds of this process so far (Linux only).
