@@ -380,15 +380,16 @@ pub(crate) fn ingest_generations(
                 .write(key, value)
                 .map_err(engine("ingesting restored records"))
         };
-        // The spilled files, opened once per range, and a buffer for each.
+        // The spilled files, opened once per range, and one buffer for a
+        // bucket of all of them: it never holds more than
+        // `read_bucket_bytes` (a buffer per file would each keep the largest
+        // share it ever held, and together far more).
         let mut files = spilled
             .iter()
-            .map(|g| {
-                File::open(g.path())
-                    .map(|f| (f, Vec::new()))
-                    .map_err(|e| StoreError::io(g.path(), e))
-            })
+            .map(|g| File::open(g.path()).map_err(|e| StoreError::io(g.path(), e)))
             .collect::<Result<Vec<_>>>()?;
+        let mut read = Vec::new();
+        let mut parts = Vec::with_capacity(files.len());
         for bucket in range.clone() {
             let bytes = sizes.get(bucket).copied().unwrap_or(0);
             // (Positions within a block are 32-bit: a larger bucket is merged.)
@@ -396,11 +397,17 @@ pub(crate) fn ingest_generations(
                 // Every write of the bucket, oldest first: the spilled files
                 // in order, then the generation in memory. Nothing older
                 // exists and the store was empty, so tombstones are dropped.
-                let mut blocks: Vec<&[u8]> = Vec::with_capacity(files.len() + 1);
-                for ((file, buf), generation) in files.iter_mut().zip(spilled) {
-                    generation.read_bucket(bucket, file, buf)?;
+                read.clear();
+                parts.clear();
+                for (file, generation) in files.iter_mut().zip(spilled) {
+                    parts.push(generation.read_bucket(bucket, file, &mut read)?);
                 }
-                blocks.extend(files.iter().map(|(_, buf)| buf.as_slice()));
+                let mut blocks: Vec<&[u8]> = Vec::with_capacity(parts.len() + 1);
+                blocks.extend(
+                    parts
+                        .iter()
+                        .map(|r| read.get(r.clone()).unwrap_or_default()),
+                );
                 blocks.extend(memory.blocks(bucket));
                 sort_blocks(&blocks, memory.shared_prefix(bucket), &mut index);
                 written += emit_live(&blocks, &index, &mut write)?;

@@ -11,6 +11,7 @@
 
 use std::fs::File;
 use std::io::{BufWriter, Read, Seek, SeekFrom, Write};
+use std::ops::Range;
 use std::path::{Path, PathBuf};
 
 use crate::error::{Result, StoreError};
@@ -49,21 +50,23 @@ impl SpilledGeneration {
         &self.path
     }
 
-    /// Reads the records of `bucket` from `file` (this generation's file)
-    /// into `buf`, replacing what it held.
+    /// Appends the records of `bucket`, read from `file` (this generation's
+    /// file), to `buf`; returns where they lie in it.
     pub(crate) fn read_bucket(
         &self,
         bucket: usize,
         file: &mut File,
         buf: &mut Vec<u8>,
-    ) -> Result<()> {
+    ) -> Result<Range<usize>> {
         let len = usize::try_from(self.bucket_len(bucket)).unwrap_or(usize::MAX);
         let start = self.offsets.get(bucket).copied().unwrap_or(0);
-        buf.clear();
-        buf.resize(len, 0);
+        let at = buf.len();
+        buf.resize(at.saturating_add(len), 0);
+        let out = buf.get_mut(at..).unwrap_or_default();
         file.seek(SeekFrom::Start(start))
-            .and_then(|_| file.read_exact(buf))
-            .map_err(|e| StoreError::io(&self.path, e))
+            .and_then(|_| file.read_exact(out))
+            .map_err(|e| StoreError::io(&self.path, e))?;
+        Ok(at..buf.len())
     }
 
     /// The sorted records of `bucket`, if it has any.
