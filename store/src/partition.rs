@@ -217,10 +217,7 @@ const CAP_WAIT: Duration = Duration::from_millis(500);
 /// and it stayed in use: over a long restore, memory grew past the budget.
 #[derive(Debug)]
 pub(crate) struct SlabPool {
-    slab_bytes: usize,
-    max_slabs: usize,
-    /// Slabs of this pool in existence.
-    live: Arc<AtomicUsize>,
+    maker: SlabMaker,
     /// Slabs taken ready, and taken new because none was ready.
     taken: std::cell::Cell<(u64, u64)>,
     ready: Option<Receiver<Slab>>,
@@ -238,21 +235,18 @@ impl SlabPool {
     ) -> std::io::Result<Self> {
         let (ready_tx, ready) = sync_channel::<Slab>(ahead.max(1));
         let (returns, returned) = channel::<Slab>();
-        let live = Arc::new(AtomicUsize::new(0));
         let stop = Arc::new(AtomicBool::new(false));
         let maker = SlabMaker {
             slab_bytes,
             max_slabs,
-            live: Arc::clone(&live),
+            live: Arc::new(AtomicUsize::new(0)),
         };
-        let thread_stop = Arc::clone(&stop);
+        let (thread_maker, thread_stop) = (maker.clone(), Arc::clone(&stop));
         let thread = std::thread::Builder::new()
             .name("weir-restore-slabs".into())
-            .spawn(move || prepare_slabs(&maker, &ready_tx, &returned, &thread_stop))?;
+            .spawn(move || prepare_slabs(&thread_maker, &ready_tx, &returned, &thread_stop))?;
         Ok(Self {
-            slab_bytes,
-            max_slabs,
-            live,
+            maker,
             taken: std::cell::Cell::new((0, 0)),
             ready: Some(ready),
             returns: Some(returns),
@@ -269,18 +263,13 @@ impl SlabPool {
     pub(crate) fn take(&self) -> Slab {
         let (ready, new) = self.taken.get();
         let Some(queue) = self.ready.as_ref() else {
-            return new_slab(self.slab_bytes);
+            return new_slab(self.maker.slab_bytes);
         };
         if let Ok(slab) = queue.try_recv() {
             self.taken.set((ready + 1, new));
             return slab;
         }
-        let maker = SlabMaker {
-            slab_bytes: self.slab_bytes,
-            max_slabs: self.max_slabs,
-            live: Arc::clone(&self.live),
-        };
-        if let Some(slab) = maker.make() {
+        if let Some(slab) = self.maker.make() {
             self.taken.set((ready, new + 1));
             return slab;
         }
@@ -289,11 +278,7 @@ impl SlabPool {
             return slab;
         }
         self.taken.set((ready, new + 1));
-        self.live.fetch_add(1, AtomicOrdering::AcqRel);
-        Slab {
-            bytes: vec![0u8; self.slab_bytes].into_boxed_slice(),
-            pooled: Some(Arc::clone(&self.live)),
-        }
+        self.maker.make_past_cap()
     }
 
     /// Slabs taken ready so far, and slabs made on the spot.
@@ -309,7 +294,7 @@ impl SlabPool {
     /// Slabs of this pool in existence.
     #[cfg(test)]
     fn live(&self) -> usize {
-        self.live.load(AtomicOrdering::Acquire)
+        self.maker.live.load(AtomicOrdering::Acquire)
     }
 }
 
@@ -326,7 +311,8 @@ impl Drop for SlabPool {
     }
 }
 
-/// Makes pool slabs while fewer than the cap exist.
+/// Makes the slabs of a pool, counting them.
+#[derive(Debug, Clone)]
 struct SlabMaker {
     slab_bytes: usize,
     max_slabs: usize,
@@ -342,10 +328,21 @@ impl SlabMaker {
                 (n < self.max_slabs).then_some(n + 1)
             })
             .ok()?;
-        Some(Slab {
+        Some(self.counted())
+    }
+
+    /// A new slab of the pool, cap or not.
+    fn make_past_cap(&self) -> Slab {
+        self.live.fetch_add(1, AtomicOrdering::AcqRel);
+        self.counted()
+    }
+
+    /// A slab already counted in `live`.
+    fn counted(&self) -> Slab {
+        Slab {
             bytes: vec![0u8; self.slab_bytes].into_boxed_slice(),
             pooled: Some(Arc::clone(&self.live)),
-        })
+        }
     }
 }
 
