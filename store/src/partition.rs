@@ -550,7 +550,7 @@ impl Generation {
         mut emit: impl FnMut(&[u8]) -> Result<(), E>,
     ) -> Result<u64, E> {
         let blocks = self.blocks(bucket);
-        sort_blocks(&blocks, self.shared_prefix(bucket), index);
+        sort_blocks(&blocks, self.shared_prefix(bucket), false, index);
         let mut emitted = 0;
         for &entry in index.iter() {
             let record = record_at(&blocks, position(entry));
@@ -603,8 +603,15 @@ fn prefix_of(entry: IndexEntry) -> u64 {
 
 /// Leaves in `index` the records of `blocks` in key order, one per key (its
 /// last write). Blocks are in arrival order, and so are the records within a
-/// block. Every key starts with the same `shared` bytes (0 if unknown).
-pub(crate) fn sort_blocks(blocks: &[&[u8]], shared: usize, index: &mut Vec<IndexEntry>) {
+/// block, or, with `sorted_runs`, some blocks are spilled runs, in key order
+/// with one record per key. Every key starts with the same `shared` bytes
+/// (0 if unknown).
+pub(crate) fn sort_blocks(
+    blocks: &[&[u8]],
+    shared: usize,
+    sorted_runs: bool,
+    index: &mut Vec<IndexEntry>,
+) {
     index.clear();
     for (b, block) in blocks.iter().enumerate() {
         let mut pos = 0;
@@ -622,7 +629,14 @@ pub(crate) fn sort_blocks(blocks: &[&[u8]], shared: usize, index: &mut Vec<Index
     // Positions grow with arrival time, so sorting the entries keeps arrival
     // order among equal prefixes; keys that share the prefix are then
     // ordered by their bytes, stably.
-    index.sort_unstable();
+    if sorted_runs {
+        // A run's entries are already in order (eight key bytes, then
+        // positions that grow with the key), and the stable sort finds such
+        // runs and merges them instead of sorting them again.
+        index.sort();
+    } else {
+        index.sort_unstable();
+    }
     let key = |entry: IndexEntry| entry_at(blocks, position(entry)).0;
     let mut i = 0;
     while i < index.len() {
@@ -941,7 +955,7 @@ mod tests {
         g.push(0, b"k\x09", None, &pool);
         let blocks = g.blocks(0);
         let mut index = Vec::new();
-        sort_blocks(&blocks, 0, &mut index);
+        sort_blocks(&blocks, 0, false, &mut index);
         let mut got = Vec::new();
         emit_live(&blocks, &index, |key, value| {
             got.push((key.to_vec(), value.to_vec()));

@@ -532,7 +532,7 @@ impl ChangelogRestorer {
         if self.kind == StoreKind::KeyValue {
             let records = std::mem::take(&mut self.run);
             let mut order = Vec::new();
-            sort_blocks(&[records.as_slice()], 0, &mut order);
+            sort_blocks(&[records.as_slice()], 0, false, &mut order);
             return self.send(Job::SortedBatch {
                 records,
                 order,

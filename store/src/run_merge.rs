@@ -409,7 +409,12 @@ pub(crate) fn ingest_generations(
                         .map(|r| read.get(r.clone()).unwrap_or_default()),
                 );
                 blocks.extend(memory.blocks(bucket));
-                sort_blocks(&blocks, memory.shared_prefix(bucket), &mut index);
+                sort_blocks(
+                    &blocks,
+                    memory.shared_prefix(bucket),
+                    !spilled.is_empty(),
+                    &mut index,
+                );
                 written += emit_live(&blocks, &index, &mut write)?;
                 bucket_done(bytes);
                 continue;

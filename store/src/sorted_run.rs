@@ -118,7 +118,7 @@ mod tests {
         }
         let blocks = [data.as_slice()];
         let mut index = Vec::new();
-        crate::partition::sort_blocks(&blocks, 0, &mut index);
+        crate::partition::sort_blocks(&blocks, 0, false, &mut index);
         let mut out = Vec::new();
         for &entry in &index {
             let at = crate::partition::position(entry);
