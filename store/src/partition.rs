@@ -27,7 +27,9 @@ use std::sync::mpsc::{
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use crate::sorted_run::{Decoded, HEADER_LEN, decode_record, key_prefix};
+use crate::sorted_run::{
+    Decoded, HEADER_LEN, decode_record, key_prefix, records, split_record, write_record,
+};
 
 /// How many first records decide the bucket bounds, per bucket.
 pub(crate) const SAMPLE_PER_BUCKET: usize = 32;
@@ -614,16 +616,9 @@ pub(crate) fn sort_blocks(
 ) {
     index.clear();
     for (b, block) in blocks.iter().enumerate() {
-        let mut pos = 0;
-        while let Some(rest) = block.get(pos..).filter(|r| !r.is_empty()) {
-            let Decoded::Record(layout) = decode_record(rest) else {
-                break; // cannot happen: blocks hold whole encoded records
-            };
-            let key = rest
-                .get(HEADER_LEN..HEADER_LEN + layout.key_len)
-                .unwrap_or_default();
-            index.push(index_entry(key, shared, pack(b, pos)));
-            pos += layout.len();
+        // (Blocks hold whole encoded records only.)
+        for (offset, key, _) in records(block) {
+            index.push(index_entry(key, shared, pack(b, offset)));
         }
     }
     // Positions grow with arrival time, so sorting the entries keeps arrival
@@ -772,45 +767,12 @@ impl std::io::Read for Values<'_> {
     }
 }
 
-fn pack(slab: usize, offset: usize) -> u64 {
-    ((slab as u64) << 32) | (offset as u64 & u64::from(u32::MAX))
+fn pack(block: usize, offset: usize) -> u64 {
+    ((block as u64) << 32) | (offset as u64 & u64::from(u32::MAX))
 }
 
 fn unpack(at: u64) -> (usize, usize) {
     ((at >> 32) as usize, (at & u64::from(u32::MAX)) as usize)
-}
-
-/// The key and value (`None` for a tombstone) of an encoded record.
-pub(crate) fn split_record(record: &[u8]) -> (&[u8], Option<&[u8]>) {
-    match decode_record(record) {
-        Decoded::Record(layout) => {
-            let start = HEADER_LEN + layout.key_len;
-            let key = record.get(HEADER_LEN..start).unwrap_or_default();
-            let value = layout.value_len.and_then(|n| record.get(start..start + n));
-            (key, value)
-        }
-        _ => (&[], None),
-    }
-}
-
-/// Encodes one record into `out`, which has exactly its length.
-fn write_record(out: &mut [u8], key: &[u8], value: Option<&[u8]>) {
-    let (kind, value) = match value {
-        Some(v) => (1u8, v),
-        None => (0u8, &[][..]),
-    };
-    let key_len = u16::try_from(key.len()).unwrap_or(u16::MAX);
-    let value_len = u32::try_from(value.len()).unwrap_or(u32::MAX);
-    let (header, rest) = out.split_at_mut(HEADER_LEN.min(out.len()));
-    if let [k, a, b, c, d, e, f] = header {
-        *k = kind;
-        [*a, *b] = key_len.to_le_bytes();
-        [*c, *d, *e, *f] = value_len.to_le_bytes();
-    }
-    let (key_out, value_out) = rest.split_at_mut(key.len().min(rest.len()));
-    key_out.copy_from_slice(&key[..key_out.len()]);
-    let n = value_out.len().min(value.len());
-    value_out[..n].copy_from_slice(&value[..n]);
 }
 
 #[cfg(test)]

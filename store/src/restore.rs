@@ -40,10 +40,10 @@ use crate::kv::check_entry;
 use crate::meta::{self, ChangelogPartition, StoreKind};
 use crate::partition::{
     Generation, IndexEntry, Layout, SAMPLE_PER_BUCKET, Slab, SlabPool, Splitters, entry_at,
-    position, sort_blocks, split_record,
+    position, sort_blocks,
 };
 use crate::run_merge::ingest_generations;
-use crate::sorted_run::{Decoded, decode_record, encode_record};
+use crate::sorted_run::{encode_record, records};
 use crate::spill::{SPILL_DIR, Spill};
 use crate::task_store::{TaskStore, segment_keyspace_name};
 use crate::window::{encode_segment_key, is_live, segment_of, split_window_changelog_key};
@@ -655,15 +655,7 @@ impl ChangelogRestorer {
     /// the first generation.
     fn start_buckets(&mut self) -> Result<()> {
         let sample = std::mem::take(&mut self.sample);
-        let mut records = Vec::with_capacity(self.sample_records);
-        let mut rest = sample.as_slice();
-        while let Decoded::Record(layout) = decode_record(rest) {
-            let Some(record) = rest.get(..layout.len()) else {
-                break; // cannot happen: decoding checked the length
-            };
-            records.push(split_record(record));
-            rest = rest.get(layout.len()..).unwrap_or_default();
-        }
+        let records: Vec<_> = records(&sample).map(|(_, k, v)| (k, v)).collect();
         let splitters = Splitters::from_sample(
             records.iter().map(|(k, _)| *k).collect(),
             self.layout.buckets,

@@ -19,7 +19,7 @@ use std::time::Instant;
 use crate::error::{Result, StoreError};
 use crate::partition::{Generation, emit_live, sort_blocks};
 use crate::restore::WriteProgress;
-use crate::sorted_run::{Decoded, HEADER_LEN, RecordLayout, decode_record, key_prefix};
+use crate::sorted_run::{Decoded, RecordLayout, decode_record, key_prefix, record_parts};
 use crate::spill::SpilledGeneration;
 
 /// How many bytes a file cursor reads at a time.
@@ -93,17 +93,13 @@ impl<'a> Cursor<'a> {
     }
 
     fn key(&self) -> &[u8] {
-        let len = self.head.map_or(0, |(_, l)| l.key_len);
-        self.window()
-            .get(HEADER_LEN..HEADER_LEN + len)
-            .unwrap_or_default()
+        self.head
+            .map_or(&[][..], |(_, layout)| record_parts(self.window(), layout).0)
     }
 
     fn value(&self) -> Option<&[u8]> {
         let (_, layout) = self.head?;
-        let start = HEADER_LEN + layout.key_len;
-        let len = layout.value_len?;
-        self.window().get(start..start + len)
+        record_parts(self.window(), layout).1
     }
 
     fn advance(&mut self) -> Result<()> {
@@ -118,10 +114,7 @@ impl<'a> Cursor<'a> {
         loop {
             match decode_record(self.window()) {
                 Decoded::Record(layout) => {
-                    let key = self
-                        .window()
-                        .get(HEADER_LEN..HEADER_LEN + layout.key_len)
-                        .unwrap_or_default();
+                    let (key, _) = record_parts(self.window(), layout);
                     self.head = Some((key_prefix(key), layout));
                     return Ok(());
                 }

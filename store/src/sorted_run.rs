@@ -11,19 +11,43 @@ pub(crate) const HEADER_LEN: usize = 7;
 const TOMBSTONE: u8 = 0;
 const PUT: u8 = 1;
 
-/// Appends one record. Callers have checked the sizes (`kv::check_entry`).
-pub(crate) fn encode_record(out: &mut Vec<u8>, key: &[u8], value: Option<&[u8]>) {
+/// The header of a record, and its key and value cut to the lengths the
+/// header gives (callers have checked the sizes, see `kv::check_entry`).
+fn header<'a>(key: &'a [u8], value: Option<&'a [u8]>) -> ([u8; HEADER_LEN], &'a [u8], &'a [u8]) {
     let key_len = u16::try_from(key.len()).unwrap_or(u16::MAX);
     let (kind, value) = match value {
         Some(v) => (PUT, v),
         None => (TOMBSTONE, &[][..]),
     };
     let value_len = u32::try_from(value.len()).unwrap_or(u32::MAX);
-    out.push(kind);
-    out.extend_from_slice(&key_len.to_le_bytes());
-    out.extend_from_slice(&value_len.to_le_bytes());
-    out.extend_from_slice(&key[..usize::from(key_len).min(key.len())]);
-    out.extend_from_slice(&value[..(value_len as usize).min(value.len())]);
+    let [k0, k1] = key_len.to_le_bytes();
+    let [v0, v1, v2, v3] = value_len.to_le_bytes();
+    (
+        [kind, k0, k1, v0, v1, v2, v3],
+        &key[..usize::from(key_len).min(key.len())],
+        &value[..(value_len as usize).min(value.len())],
+    )
+}
+
+/// Appends one record.
+pub(crate) fn encode_record(out: &mut Vec<u8>, key: &[u8], value: Option<&[u8]>) {
+    let (header, key, value) = header(key, value);
+    out.extend_from_slice(&header);
+    out.extend_from_slice(key);
+    out.extend_from_slice(value);
+}
+
+/// Encodes one record into `out`, which has exactly its length
+/// (`HEADER_LEN` + key + value).
+pub(crate) fn write_record(out: &mut [u8], key: &[u8], value: Option<&[u8]>) {
+    let (header, key, value) = header(key, value);
+    let mut rest = out;
+    for part in [&header[..], key, value] {
+        let n = part.len().min(rest.len());
+        let (head, tail) = rest.split_at_mut(n);
+        head.copy_from_slice(&part[..n]);
+        rest = tail;
+    }
 }
 
 /// Where the parts of one encoded record are, relative to its first byte.
@@ -77,6 +101,40 @@ pub(crate) fn decode_record(buf: &[u8]) -> Decoded {
     }
 }
 
+/// The key and value (`None` for a tombstone) of a record laid out as
+/// `layout` at the start of `record`.
+pub(crate) fn record_parts(record: &[u8], layout: RecordLayout) -> (&[u8], Option<&[u8]>) {
+    let start = HEADER_LEN + layout.key_len;
+    let key = record.get(HEADER_LEN..start).unwrap_or_default();
+    let value = layout.value_len.and_then(|n| record.get(start..start + n));
+    (key, value)
+}
+
+/// The key and value (`None` for a tombstone) of an encoded record; an empty
+/// key if the bytes do not start with a whole record.
+pub(crate) fn split_record(record: &[u8]) -> (&[u8], Option<&[u8]>) {
+    match decode_record(record) {
+        Decoded::Record(layout) => record_parts(record, layout),
+        _ => (&[], None),
+    }
+}
+
+/// The records encoded one after another in `buf`: each one's offset, key
+/// and value, up to the first bytes that are not a whole record.
+pub(crate) fn records(buf: &[u8]) -> impl Iterator<Item = (usize, &[u8], Option<&[u8]>)> {
+    let mut at = 0;
+    std::iter::from_fn(move || {
+        let rest = buf.get(at..)?;
+        let Decoded::Record(layout) = decode_record(rest) else {
+            return None;
+        };
+        let (key, value) = record_parts(rest, layout);
+        let offset = at;
+        at += layout.len();
+        Some((offset, key, value))
+    })
+}
+
 /// The first 16 key bytes, zero-padded, as a number: `prefix(a) < prefix(b)`
 /// implies `a < b`, so most comparisons never touch the arena.
 pub(crate) fn key_prefix(key: &[u8]) -> u128 {
@@ -93,19 +151,15 @@ pub(crate) fn key_prefix(key: &[u8]) -> u128 {
 mod tests {
     use super::*;
 
-    fn decode_all(mut bytes: &[u8]) -> Vec<(Vec<u8>, Option<Vec<u8>>)> {
-        let mut out = Vec::new();
-        while !bytes.is_empty() {
-            let Decoded::Record(layout) = decode_record(bytes) else {
-                panic!("bad record");
-            };
-            let key = bytes[HEADER_LEN..HEADER_LEN + layout.key_len].to_vec();
-            let value = layout.value_len.map(|n| {
-                bytes[HEADER_LEN + layout.key_len..HEADER_LEN + layout.key_len + n].to_vec()
-            });
-            out.push((key, value));
-            bytes = &bytes[layout.len()..];
-        }
+    fn decode_all(bytes: &[u8]) -> Vec<(Vec<u8>, Option<Vec<u8>>)> {
+        let mut end = 0;
+        let out = records(bytes)
+            .map(|(offset, k, v)| {
+                end = offset + HEADER_LEN + k.len() + v.map_or(0, <[u8]>::len);
+                (k.to_vec(), v.map(<[u8]>::to_vec))
+            })
+            .collect();
+        assert_eq!(end, bytes.len(), "bad record");
         out
     }
 
