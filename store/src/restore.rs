@@ -28,7 +28,6 @@
 //! [`StoreOptions::restore_batch_bytes`]: crate::StoreOptions::restore_batch_bytes
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering as AtomicOrdering};
 use std::sync::mpsc::{Receiver, Sender, SyncSender, sync_channel};
 use std::thread::JoinHandle;
 use std::time::Instant;
@@ -54,6 +53,16 @@ const MAX_BATCH_BUFFER_BYTES: usize = 1 << 30;
 
 /// Progress of a restore is logged every this many bytes of records.
 const PROGRESS_LOG_BYTES: u64 = 256 << 20;
+
+/// Whether progress at `bytes` is due for a log line (one every
+/// [`PROGRESS_LOG_BYTES`]); if so, `next` moves on to the next one.
+fn progress_log_due(next: &mut u64, bytes: u64) -> bool {
+    let due = bytes >= *next;
+    if due {
+        *next = bytes + PROGRESS_LOG_BYTES;
+    }
+    due
+}
 
 /// Drops `value` on a thread of its own: freeing a generation's memory takes
 /// a while, and need not delay the restore. (If no thread can be started,
@@ -403,8 +412,8 @@ impl ChangelogRestorer {
     /// here, after the last [`apply`](Self::apply): for a store of gigabytes
     /// this takes about as long as applying them. `report` is called after
     /// each key range bucket is written (a few hundred times, or more for a
-    /// large store), from the writing threads but one call at a time, with
-    /// `bytes_done` growing to `bytes_total`. Progress is also logged every
+    /// large store), from the writing threads but one call at a time, in
+    /// order, with `bytes_done` growing to `bytes_total`. Progress is also logged every
     /// 256 MiB. A restore through write batches ([`RestorePath::Batches`])
     /// wrote its records as they were applied, and never calls it.
     ///
@@ -413,7 +422,7 @@ impl ChangelogRestorer {
     /// As [`finish`](Self::finish).
     pub fn finish_with_progress(
         mut self,
-        report: impl Fn(WriteProgress) + Sync,
+        mut report: impl FnMut(WriteProgress) + Send,
     ) -> Result<RestoreProgress> {
         match self.path {
             RestorePath::Batches => {
@@ -442,16 +451,11 @@ impl ChangelogRestorer {
                 let options = &self.task.inner.options;
                 // Each writer may hold one bucket of every generation.
                 let read_bucket_bytes = (options.restore_memory_bytes / 8) as u64;
-                let next_log = AtomicU64::new(0);
+                let mut next_log = 0;
                 let (store, partition) = (&self.store, &self.partition);
-                let logged_report = |progress: WriteProgress| {
+                let mut logged_report = |progress: WriteProgress| {
                     report(progress);
-                    // Reports come one at a time, so a plain load and store do.
-                    if progress.bytes_done >= next_log.load(AtomicOrdering::Relaxed) {
-                        next_log.store(
-                            progress.bytes_done + PROGRESS_LOG_BYTES,
-                            AtomicOrdering::Relaxed,
-                        );
+                    if progress_log_due(&mut next_log, progress.bytes_done) {
                         tracing::info!(
                             %store,
                             %partition,
@@ -469,7 +473,7 @@ impl ChangelogRestorer {
                     options.restore_threads,
                     read_bucket_bytes,
                     self.task.path(),
-                    &logged_report,
+                    &mut logged_report,
                 )?;
                 let merged = started.elapsed();
                 let spilled_files = spilled.len();
@@ -599,8 +603,7 @@ impl ChangelogRestorer {
 
     /// Logs progress each time another [`PROGRESS_LOG_BYTES`] were applied.
     fn log_progress_every_so_often(&mut self) {
-        if self.progress.bytes >= self.next_progress_log {
-            self.next_progress_log = self.progress.bytes + PROGRESS_LOG_BYTES;
+        if progress_log_due(&mut self.next_progress_log, self.progress.bytes) {
             self.log_progress("restore progress");
         }
     }

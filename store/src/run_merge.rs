@@ -329,7 +329,7 @@ pub(crate) fn ingest_generations(
     threads: usize,
     read_bucket_bytes: u64,
     db_path: &Path,
-    report: &(dyn Fn(WriteProgress) + Sync),
+    report: &mut (dyn FnMut(WriteProgress) + Send),
 ) -> Result<u64> {
     let buckets = memory.buckets();
     let sizes: Vec<u64> = (0..buckets)
@@ -338,16 +338,17 @@ pub(crate) fn ingest_generations(
         })
         .collect();
     let total: u64 = sizes.iter().sum();
-    // Bytes of the buckets written so far. Reporting under the lock keeps
-    // the reports in order, one at a time.
-    let done = Mutex::new(0u64);
+    // Bytes of the buckets written so far, and where they are reported:
+    // under one lock, so reports come in order, one at a time.
+    let done = Mutex::new((0u64, report));
     let bucket_done = |bytes: u64| {
         let mut done = done
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        *done += bytes;
+        let (written, report) = &mut *done;
+        *written += bytes;
         report(WriteProgress {
-            bytes_done: *done,
+            bytes_done: *written,
             bytes_total: total,
         });
     };

@@ -141,11 +141,9 @@ fn catch_up_into_a_non_empty_store_uses_atomic_batches_with_offsets() {
     let mut restorer = task.restorer("kv", tp.clone(), 5_000).unwrap();
     apply_in_chunks(&mut restorer, &records[reached as usize..]);
     // Batches were written as they were applied: finish has nothing to report.
-    let reports = std::sync::Mutex::new(Vec::new());
-    restorer
-        .finish_with_progress(|p| reports.lock().unwrap().push(p))
-        .unwrap();
-    assert_eq!(reports.into_inner().unwrap(), Vec::new());
+    let mut reports = Vec::new();
+    restorer.finish_with_progress(|p| reports.push(p)).unwrap();
+    assert_eq!(reports, Vec::new());
     assert_eq!(task.committed_offset(&tp), CommittedOffset::Known(5_000));
     assert_eq!(contents(&task, "kv"), model(&records));
 }
@@ -231,13 +229,11 @@ fn restore_matches_the_model(records: &[Record], options: StoreOptions) {
         let mut restorer = task.restorer("kv", tp.clone(), end).unwrap();
         assert_eq!(restorer.path(), RestorePath::SortedRuns);
         apply_in_chunks(&mut restorer, records);
-        let reports = std::sync::Mutex::new(Vec::new());
-        let done = restorer
-            .finish_with_progress(|p| reports.lock().unwrap().push(p))
-            .unwrap();
+        let mut reports = Vec::new();
+        let done = restorer.finish_with_progress(|p| reports.push(p)).unwrap();
         assert_eq!(done.records, records.len() as u64);
         assert_eq!(contents(&task, "kv"), model(records));
-        check_write_progress(&reports.into_inner().unwrap(), records);
+        check_write_progress(&reports, records);
         assert_eq!(task.committed_offset(&tp), expected);
         assert!(
             !dir.path().join("restore-spill").join("kv").exists(),
