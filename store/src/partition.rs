@@ -195,11 +195,12 @@ impl Drop for Slab {
     }
 }
 
-/// A new slab outside any pool, its pages not touched yet.
-fn new_slab(bytes: usize) -> Slab {
+/// A new slab, its pages not touched yet, counted in `pooled` if it belongs
+/// to a pool (the count already includes it).
+fn new_slab(bytes: usize, pooled: Option<Arc<AtomicUsize>>) -> Slab {
     Slab {
         bytes: vec![0u8; bytes].into_boxed_slice(),
-        pooled: None,
+        pooled,
     }
 }
 
@@ -265,7 +266,7 @@ impl SlabPool {
     pub(crate) fn take(&self) -> Slab {
         let (ready, new) = self.taken.get();
         let Some(queue) = self.ready.as_ref() else {
-            return new_slab(self.maker.slab_bytes);
+            return new_slab(self.maker.slab_bytes, None);
         };
         if let Ok(slab) = queue.try_recv() {
             self.taken.set((ready + 1, new));
@@ -341,10 +342,7 @@ impl SlabMaker {
 
     /// A slab already counted in `live`.
     fn counted(&self) -> Slab {
-        Slab {
-            bytes: vec![0u8; self.slab_bytes].into_boxed_slice(),
-            pooled: Some(Arc::clone(&self.live)),
-        }
+        new_slab(self.slab_bytes, Some(Arc::clone(&self.live)))
     }
 }
 
@@ -487,7 +485,7 @@ impl Generation {
     fn new_block(&mut self, len: usize, pool: &SlabPool) -> Extent {
         if len > self.layout.block_bytes {
             // A record larger than a block gets a slab of its own.
-            self.slabs.push(new_slab(len));
+            self.slabs.push(new_slab(len, None));
             self.memory += len;
             return Extent {
                 slab: self.slabs.len() - 1,

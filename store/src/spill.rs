@@ -117,31 +117,12 @@ impl Spill {
         // Nothing is older than the first generation, and the store was empty.
         let drop_tombstones = self.generations.is_empty();
         let path = self.next_path();
-        let io = |e| StoreError::io(&path, e);
-        let mut out = BufWriter::with_capacity(1 << 20, File::create(&path).map_err(io)?);
-        let mut offsets = Vec::with_capacity(generation.buckets() + 1);
         let mut index = Vec::new();
-        let mut offset = 0u64;
-        let mut records = 0;
-        for bucket in 0..generation.buckets() {
-            offsets.push(offset);
-            records += generation
-                .sort_bucket(bucket, drop_tombstones, &mut index, |record| {
-                    offset += record.len() as u64;
-                    out.write_all(record)
-                })
-                .map_err(io)?;
-        }
-        offsets.push(offset);
-        out.flush().map_err(io)?;
-        self.generations.push((
-            SpilledGeneration {
-                path,
-                offsets,
-                records,
-            },
-            0,
-        ));
+        let spilled = write_file(path, generation.buckets(), |bucket, write| {
+            generation.sort_bucket(bucket, drop_tombstones, &mut index, write)
+        })?;
+        let records = spilled.records;
+        self.generations.push((spilled, 0));
         self.merge_full_tiers()?;
         Ok(records)
     }
@@ -185,35 +166,49 @@ impl Spill {
         drop_tombstones: bool,
     ) -> Result<SpilledGeneration> {
         let path = self.next_path();
-        let io = |e| StoreError::io(&path, e);
-        let mut out = BufWriter::with_capacity(1 << 20, File::create(&path).map_err(io)?);
         let buckets = group
             .first()
             .map_or(0, |g| g.offsets.len().saturating_sub(1));
-        let mut offsets = Vec::with_capacity(buckets + 1);
         let mut record = Vec::new();
-        let mut offset = 0u64;
-        let mut records = 0;
-        for bucket in 0..buckets {
-            offsets.push(offset);
+        write_file(path, buckets, |bucket, write| {
             let segments: Vec<Segment<'_>> =
                 group.iter().filter_map(|g| g.segment(bucket)).collect();
-            records += merge_segments(&segments, drop_tombstones, |key, value| {
+            merge_segments(&segments, drop_tombstones, |key, value| {
                 record.clear();
                 encode_record(&mut record, key, value);
-                out.write_all(&record).map_err(io)?;
-                offset += record.len() as u64;
-                Ok(())
-            })?;
-        }
-        offsets.push(offset);
-        out.flush().map_err(io)?;
-        Ok(SpilledGeneration {
-            path,
-            offsets,
-            records,
+                write(&record)
+            })
         })
     }
+}
+
+/// Writes a spill file at `path`, bucket after bucket: `bucket(b, write)`
+/// hands bucket `b`'s records, encoded and in key order, to `write` and
+/// returns how many it handed over.
+fn write_file(
+    path: PathBuf,
+    buckets: usize,
+    mut bucket: impl FnMut(usize, &mut dyn FnMut(&[u8]) -> Result<()>) -> Result<u64>,
+) -> Result<SpilledGeneration> {
+    let io = |e| StoreError::io(&path, e);
+    let mut out = BufWriter::with_capacity(1 << 20, File::create(&path).map_err(io)?);
+    let mut offsets = Vec::with_capacity(buckets + 1);
+    let mut offset = 0u64;
+    let mut records = 0;
+    for b in 0..buckets {
+        offsets.push(offset);
+        records += bucket(b, &mut |record: &[u8]| {
+            offset += record.len() as u64;
+            out.write_all(record).map_err(io)
+        })?;
+    }
+    offsets.push(offset);
+    out.flush().map_err(io)?;
+    Ok(SpilledGeneration {
+        path,
+        offsets,
+        records,
+    })
 }
 
 impl Drop for Spill {
