@@ -46,8 +46,12 @@ pub struct StoreOptions {
     /// Half of it makes a generation: records are kept in memory until a
     /// generation is full, then sorted and spilled to a file in the task
     /// directory while the next one fills. A changelog whose records fit in
-    /// one generation is never spilled. Peak memory is about this, plus up to
-    /// 16 MiB of memory prepared ahead and a MiB per generation of overshoot.
+    /// one generation is never spilled. While records arrive, memory is about
+    /// this, plus 2 MiB prepared ahead and a MiB per generation of overshoot;
+    /// while `finish` writes, each writer also reads back one bucket of every
+    /// spilled generation (up to an eighth of this) and fjall's table writers
+    /// hold their own buffers (100M records with 256 MiB: 270 MB while
+    /// receiving, peak 370 MB).
     pub restore_memory_bytes: usize,
     /// Cores that write an empty-store restore into the store at the end,
     /// each a range of keys at a time (the calling thread is one of them, and

@@ -307,18 +307,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         return Ok(());
     }
     if std::env::var_os("WEIR_BENCH_ONE_TURN").is_some() {
-        settle();
-        let raw = raw_file_write(dir.path(), records)?;
-        raw.print("baseline: raw file write + fsync");
-        let task = TaskStore::open(dir.path().join("restore"), StoreOptions::default())?;
-        task.key_value_store("kv")?;
-        settle();
-        let empty = restore(&task, 1, 0, records, RestorePath::SortedRuns)?;
-        empty.print("restore into empty store (sorted runs)");
-        println!(
-            "ratio empty restore MB/s / raw file MB/s {:.3}x",
-            empty.mb_per_sec() / raw.mb_per_sec()
-        );
+        raw_then_restore(dir.path(), records, "", None)?;
         print_peak_memory();
         return Ok(());
     }
@@ -331,21 +320,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut empties = Vec::new();
     let mut task = None;
     for i in 1..=3 {
-        settle();
-        let raw = raw_file_write(dir.path(), records)?;
-        raw.print(&format!("baseline: raw file write + fsync, run {i}"));
-        // The previous store is closed and deleted first.
-        drop(task.take());
-        let _ = std::fs::remove_dir_all(dir.path().join("restore"));
-        let store = TaskStore::open(dir.path().join("restore"), StoreOptions::default())?;
-        store.key_value_store("kv")?;
-        settle();
-        let empty = restore(&store, 1, 0, records, RestorePath::SortedRuns)?;
-        empty.print(&format!("restore into empty store, run {i}"));
-        println!(
-            "  run {i}: empty restore MB/s / raw file MB/s {:.3}x",
-            empty.mb_per_sec() / raw.mb_per_sec()
-        );
+        let (raw, empty, store) =
+            raw_then_restore(dir.path(), records, &format!(", run {i}"), task.take())?;
         raws.push(raw);
         empties.push(empty);
         task = Some(store);
@@ -412,6 +388,32 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         );
     }
     Ok(())
+}
+
+/// One turn: a raw write, then a restore into a new, empty store (`previous`
+/// is closed and deleted first); prints both, labelled with `turn`, and
+/// their ratio. Returns them and the restored store.
+fn raw_then_restore(
+    dir: &Path,
+    records: usize,
+    turn: &str,
+    previous: Option<TaskStore>,
+) -> Result<(Figure, Figure, TaskStore), Box<dyn std::error::Error>> {
+    settle();
+    let raw = raw_file_write(dir, records)?;
+    raw.print(&format!("baseline: raw file write + fsync{turn}"));
+    drop(previous);
+    let _ = std::fs::remove_dir_all(dir.join("restore"));
+    let store = TaskStore::open(dir.join("restore"), StoreOptions::default())?;
+    store.key_value_store("kv")?;
+    settle();
+    let empty = restore(&store, 1, 0, records, RestorePath::SortedRuns)?;
+    empty.print(&format!("restore into empty store{turn}"));
+    println!(
+        "  empty restore MB/s / raw file MB/s{turn}: {:.3}x",
+        empty.mb_per_sec() / raw.mb_per_sec()
+    );
+    Ok((raw, empty, store))
 }
 
 /// Writes back all dirty pages (`sync`) before a figure is measured, so no
