@@ -1,5 +1,24 @@
-//! Weir's stream-processing runtime.
+//! Weir's stream-processing runtime: the job of Kafka Streams, in Rust.
 //!
-//! Not implemented yet: this crate reserves the name and its place in the
-//! dependency graph (client ← group ← streams, store ← streams). Nothing here
-//! works yet; see the README's status table.
+//! A [`Topology`] of sources, processors and sinks (built with
+//! [`TopologyBuilder`], Kafka Streams' Processor API) is split into
+//! subtopologies; each subtopology runs as one [`task::StreamTask`] per input
+//! partition, with its own weir-store stores and their changelogs.
+//!
+//! - [`serde`]: Kafka-compatible record encodings.
+//! - [`processor`]: the [`processor::Processor`] trait and its contexts.
+//! - [`state`]: typed store handles that stage writes and log them.
+//! - [`testing`]: [`testing::TopologyTestDriver`], to test a topology with no broker.
+
+pub mod error;
+pub mod processor;
+pub mod record;
+pub mod serde;
+pub mod state;
+pub mod task;
+pub mod testing;
+pub mod topology;
+
+pub use error::{ProcessError, Result, SerdeError, StreamsError};
+pub use record::Record;
+pub use topology::{Topology, TopologyBuilder};

@@ -1,0 +1,424 @@
+//! State stores as processors see them: typed handles over a task's
+//! weir-store stores that also write every change to the store's changelog.
+//!
+//! A write is *staged* in the task's [`weir_store::TaskStore`] (visible to the
+//! task at once, on disk only after the commit that also makes its changelog
+//! record durable) and queued as a changelog record for the task's partition
+//! of `<application.id>-<store>-changelog`.
+
+use std::marker::PhantomData;
+use std::ops::Bound;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use crate::error::{ProcessError, SerdeError};
+use crate::record::OutputRecord;
+use crate::serde::Serde;
+
+/// The changelog records a task's stores have queued since the last commit.
+pub(crate) type ChangelogQueue = Arc<Mutex<Vec<OutputRecord>>>;
+
+pub(crate) fn push_changelog(queue: &ChangelogQueue, record: OutputRecord) {
+    queue
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .push(record);
+}
+
+/// What kind of store a name refers to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StoreType {
+    /// A key-value store.
+    KeyValue,
+    /// A window store: one value per (key, window start), kept for `retention`.
+    Window {
+        /// How long behind stream time windows stay readable.
+        retention: Duration,
+        /// The width of the segments expired windows are dropped in.
+        segment: Duration,
+    },
+}
+
+/// A store declared in a topology.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoreSpec {
+    /// The store's name, unique in the topology.
+    pub name: String,
+    /// Its kind.
+    pub kind: StoreType,
+    /// Whether its changes go to `<application.id>-<name>-changelog`
+    /// (default). A store without a changelog cannot be restored on another
+    /// instance.
+    pub logged: bool,
+    /// Key serde name (for describe()).
+    pub key_serde: &'static str,
+    /// Value serde name (for describe()).
+    pub value_serde: &'static str,
+}
+
+impl StoreSpec {
+    /// The changelog topic of this store in application `application_id`.
+    pub fn changelog_topic(&self, application_id: &str) -> String {
+        format!("{application_id}-{}-changelog", self.name)
+    }
+}
+
+/// Anything that names a store, for [`crate::TopologyBuilder::processor`]'s
+/// list of the stores a processor uses.
+pub trait StoreName {
+    /// The store's name.
+    fn store_name(&self) -> &str;
+}
+
+impl StoreName for str {
+    fn store_name(&self) -> &str {
+        self
+    }
+}
+
+impl StoreName for &str {
+    fn store_name(&self) -> &str {
+        self
+    }
+}
+
+impl StoreName for String {
+    fn store_name(&self) -> &str {
+        self
+    }
+}
+
+/// A typed reference to a key-value store of a topology; processors use it to
+/// reach the store through their context.
+pub struct KvStoreRef<K, V> {
+    pub(crate) name: Arc<str>,
+    _types: PhantomData<fn() -> (K, V)>,
+}
+
+impl<K, V> KvStoreRef<K, V> {
+    pub(crate) fn new(name: &str) -> Self {
+        KvStoreRef {
+            name: Arc::from(name),
+            _types: PhantomData,
+        }
+    }
+
+    /// The store's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+}
+
+impl<K, V> Clone for KvStoreRef<K, V> {
+    fn clone(&self) -> Self {
+        KvStoreRef {
+            name: Arc::clone(&self.name),
+            _types: PhantomData,
+        }
+    }
+}
+
+impl<K, V> StoreName for KvStoreRef<K, V> {
+    fn store_name(&self) -> &str {
+        &self.name
+    }
+}
+
+impl<K, V> std::fmt::Debug for KvStoreRef<K, V> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "KvStoreRef({})", self.name)
+    }
+}
+
+/// A typed reference to a window store of a topology.
+pub struct WindowStoreRef<K, V> {
+    pub(crate) name: Arc<str>,
+    _types: PhantomData<fn() -> (K, V)>,
+}
+
+impl<K, V> WindowStoreRef<K, V> {
+    pub(crate) fn new(name: &str) -> Self {
+        WindowStoreRef {
+            name: Arc::from(name),
+            _types: PhantomData,
+        }
+    }
+
+    /// The store's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+}
+
+impl<K, V> Clone for WindowStoreRef<K, V> {
+    fn clone(&self) -> Self {
+        WindowStoreRef {
+            name: Arc::clone(&self.name),
+            _types: PhantomData,
+        }
+    }
+}
+
+impl<K, V> StoreName for WindowStoreRef<K, V> {
+    fn store_name(&self) -> &str {
+        &self.name
+    }
+}
+
+impl<K, V> std::fmt::Debug for WindowStoreRef<K, V> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "WindowStoreRef({})", self.name)
+    }
+}
+
+/// Where a store's changes are logged: its changelog topic and the task's partition.
+#[derive(Debug, Clone)]
+pub(crate) struct ChangelogTarget {
+    pub(crate) topic: String,
+    pub(crate) partition: i32,
+    pub(crate) queue: ChangelogQueue,
+}
+
+impl ChangelogTarget {
+    fn log(&self, key: Vec<u8>, value: Option<Vec<u8>>, timestamp: i64) {
+        push_changelog(
+            &self.queue,
+            OutputRecord {
+                topic: self.topic.clone(),
+                partition: Some(self.partition),
+                key: Some(key),
+                value,
+                timestamp,
+                headers: Vec::new(),
+            },
+        );
+    }
+}
+
+fn key_bytes<K: Serde>(store: &str, key: &K) -> Result<Vec<u8>, ProcessError> {
+    key.serialize().ok_or_else(|| {
+        ProcessError::from_error(
+            format!("store {store}"),
+            SerdeError::new(K::NAME, "a store key cannot be null"),
+        )
+    })
+}
+
+fn decode<V: Serde>(bytes: &[u8]) -> Result<V, ProcessError> {
+    Ok(V::deserialize(Some(bytes))?)
+}
+
+/// A task's key-value store, typed. Cheap to clone.
+///
+/// ```
+/// # use weir_streams::testing::TopologyTestDriver;
+/// # use weir_streams::{TopologyBuilder, Record, ProcessError};
+/// # use weir_streams::processor::{Processor, ProcessorContext};
+/// # use weir_streams::state::KvStoreRef;
+/// struct Count(KvStoreRef<String, u64>);
+/// impl Processor<String, String> for Count {
+///     type KOut = String;
+///     type VOut = u64;
+///     fn process(&mut self, ctx: &mut ProcessorContext<'_, String, u64>, r: Record<String, String>)
+///         -> Result<(), ProcessError> {
+///         let store = ctx.kv_store(&self.0)?;
+///         let n = store.get(&r.value)?.unwrap_or(0) + 1;
+///         store.put(&r.value, &n, r.timestamp)?;   // staged, and queued for the changelog
+///         ctx.forward(Record::new(r.value, n, r.timestamp));
+///         Ok(())
+///     }
+/// }
+/// # let mut b = TopologyBuilder::new();
+/// # let counts = b.kv_store::<String, u64>("counts");
+/// # let src = b.source::<String, String>("in", &["words"]);
+/// # let c = counts.clone();
+/// # let p = b.processor("count", &[&src], move || Count(c.clone()), &[&counts]);
+/// # b.sink("out", &[&p], "counts-out");
+/// # let mut driver = TopologyTestDriver::new(b.build().unwrap(), "app").unwrap();
+/// # driver.pipe("words", &String::new(), &"kafka".to_string(), 1).unwrap();
+/// # assert_eq!(driver.read_output::<String, u64>("counts-out").unwrap()[0].value, 1);
+/// ```
+pub struct KvStore<K, V> {
+    pub(crate) inner: weir_store::KeyValueStore,
+    pub(crate) changelog: Option<ChangelogTarget>,
+    pub(crate) _types: PhantomData<fn() -> (K, V)>,
+}
+
+impl<K, V> Clone for KvStore<K, V> {
+    fn clone(&self) -> Self {
+        KvStore {
+            inner: self.inner.clone(),
+            changelog: self.changelog.clone(),
+            _types: PhantomData,
+        }
+    }
+}
+
+impl<K: Serde, V: Serde> KvStore<K, V> {
+    /// The value of `key`, staged writes included.
+    ///
+    /// # Errors
+    ///
+    /// A store error, or bytes that do not decode as `V`.
+    pub fn get(&self, key: &K) -> Result<Option<V>, ProcessError> {
+        let k = key_bytes(self.inner.name(), key)?;
+        self.inner
+            .get(&k)?
+            .map(|bytes| decode::<V>(&bytes))
+            .transpose()
+    }
+
+    /// Stages `key = value` and queues its changelog record (with
+    /// `timestamp`, usually the input record's). A value that serializes to
+    /// null (`None`, `()`) deletes the key, as in Kafka Streams.
+    ///
+    /// # Errors
+    ///
+    /// A store error, or a key that serializes to null.
+    pub fn put(&self, key: &K, value: &V, timestamp: i64) -> Result<(), ProcessError> {
+        let k = key_bytes(self.inner.name(), key)?;
+        match value.serialize() {
+            Some(v) => {
+                self.inner.put(&k, &v)?;
+                if let Some(log) = &self.changelog {
+                    log.log(k, Some(v), timestamp);
+                }
+            }
+            None => {
+                self.inner.delete(&k)?;
+                if let Some(log) = &self.changelog {
+                    log.log(k, None, timestamp);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Stages the deletion of `key` and queues a tombstone for the changelog.
+    ///
+    /// # Errors
+    ///
+    /// A store error.
+    pub fn delete(&self, key: &K, timestamp: i64) -> Result<(), ProcessError> {
+        let k = key_bytes(self.inner.name(), key)?;
+        self.inner.delete(&k)?;
+        if let Some(log) = &self.changelog {
+            log.log(k, None, timestamp);
+        }
+        Ok(())
+    }
+
+    /// Every entry, in the order of the keys' bytes, staged writes included.
+    ///
+    /// # Errors
+    ///
+    /// A store error or undecodable bytes.
+    pub fn all(&self) -> Result<Vec<(K, V)>, ProcessError> {
+        self.range_bytes(Bound::Unbounded, Bound::Unbounded)
+    }
+
+    fn range_bytes(
+        &self,
+        from: Bound<&[u8]>,
+        to: Bound<&[u8]>,
+    ) -> Result<Vec<(K, V)>, ProcessError> {
+        let mut out = Vec::new();
+        for entry in self.inner.range(from, to)? {
+            let (k, v) = entry?;
+            out.push((K::deserialize(Some(&k))?, decode::<V>(&v)?));
+        }
+        Ok(out)
+    }
+
+    /// The entries whose key bytes lie in `[from, to)`.
+    ///
+    /// # Errors
+    ///
+    /// A store error or undecodable bytes.
+    pub fn range(&self, from: &K, to: &K) -> Result<Vec<(K, V)>, ProcessError> {
+        let f = key_bytes(self.inner.name(), from)?;
+        let t = key_bytes(self.inner.name(), to)?;
+        self.range_bytes(Bound::Included(&f), Bound::Excluded(&t))
+    }
+}
+
+/// A task's window store, typed: one value per key and window start.
+pub struct WindowStore<K, V> {
+    pub(crate) inner: weir_store::WindowStore,
+    pub(crate) changelog: Option<ChangelogTarget>,
+    pub(crate) _types: PhantomData<fn() -> (K, V)>,
+}
+
+impl<K, V> Clone for WindowStore<K, V> {
+    fn clone(&self) -> Self {
+        WindowStore {
+            inner: self.inner.clone(),
+            changelog: self.changelog.clone(),
+            _types: PhantomData,
+        }
+    }
+}
+
+impl<K: Serde, V: Serde> WindowStore<K, V> {
+    /// Stages `value` for `key` in the window starting at `window_start`, and
+    /// queues its changelog record. Returns `false` (and writes nothing) when
+    /// the window is already past retention. A value that serializes to null
+    /// (`None`, `()`) deletes the window, as in Kafka Streams: store a value
+    /// such as the timestamp to mark presence.
+    ///
+    /// # Errors
+    ///
+    /// A store error, or a key that serializes to null.
+    pub fn put(&self, key: &K, value: &V, window_start: i64) -> Result<bool, ProcessError> {
+        let k = key_bytes(self.inner.name(), key)?;
+        let v = value.serialize();
+        let written = match &v {
+            Some(bytes) => self.inner.put(&k, bytes, window_start)?,
+            None => {
+                self.inner.delete(&k, window_start)?;
+                true
+            }
+        };
+        if written && let Some(log) = &self.changelog {
+            log.log(
+                weir_store::window_changelog_key(&k, window_start),
+                v,
+                window_start,
+            );
+        }
+        Ok(written)
+    }
+
+    /// The windows of `key` starting in `[from, to]`, oldest first, as
+    /// (window start, value).
+    ///
+    /// # Errors
+    ///
+    /// A store error or undecodable bytes.
+    pub fn fetch(&self, key: &K, from: i64, to: i64) -> Result<Vec<(i64, V)>, ProcessError> {
+        let k = key_bytes(self.inner.name(), key)?;
+        self.inner
+            .fetch(&k, from, to)?
+            .into_iter()
+            .map(|e| Ok((e.window_start, decode::<V>(&e.value)?)))
+            .collect()
+    }
+
+    /// Every window starting in `[from, to]`, as (window start, key, value).
+    ///
+    /// # Errors
+    ///
+    /// A store error or undecodable bytes.
+    pub fn fetch_all(&self, from: i64, to: i64) -> Result<Vec<(i64, K, V)>, ProcessError> {
+        let mut out = Vec::new();
+        for entry in self.inner.fetch_all(from, to)? {
+            let e = entry?;
+            out.push((
+                e.window_start,
+                K::deserialize(Some(&e.key))?,
+                decode::<V>(&e.value)?,
+            ));
+        }
+        Ok(out)
+    }
+}

@@ -1,0 +1,503 @@
+//! A task: one subtopology's processors for one partition, with its stores.
+//!
+//! A [`StreamTask`] is plain synchronous code: it takes raw input records,
+//! runs them through its processors depth-first, and collects what they
+//! write (sink and repartition records, changelog records). It knows nothing
+//! of Kafka connections or commits; the runtime (and the test driver) decide
+//! when its staged writes are committed or aborted.
+
+use std::any::Any;
+use std::collections::BTreeMap;
+use std::marker::PhantomData;
+use std::sync::Arc;
+use std::time::Duration;
+
+pub use weir_group::task_assignor::TaskId;
+
+use crate::error::{ProcessError, StreamsError};
+use crate::processor::{PunctuationType, ScheduleId};
+use crate::record::{OutputRecord, RawRecord, RecordMetadata};
+use crate::serde::Serde;
+use crate::state::{
+    ChangelogQueue, ChangelogTarget, KvStore, KvStoreRef, StoreSpec, StoreType, WindowStore,
+    WindowStoreRef,
+};
+use crate::topology::{NodeKind, Topology};
+
+/// A record between two nodes, its key and value types erased.
+pub(crate) type Erased = Box<dyn Any + Send>;
+
+/// One instantiated node of a task.
+pub(crate) trait ErasedNode: Send {
+    fn init(&mut self, env: NodeEnv<'_>) -> Result<(), ProcessError>;
+    fn process(
+        &mut self,
+        env: NodeEnv<'_>,
+        input: Erased,
+        out: &mut Vec<Erased>,
+    ) -> Result<(), ProcessError>;
+    fn punctuate(
+        &mut self,
+        env: NodeEnv<'_>,
+        schedule: ScheduleId,
+        timestamp: i64,
+        out: &mut Vec<Erased>,
+    ) -> Result<(), ProcessError>;
+    /// A copy of an output record, for fan-out to several children.
+    fn clone_output(&self, record: &Erased) -> Option<Erased>;
+    fn close(&mut self);
+}
+
+/// Decodes a topic's bytes into the source node's typed record.
+pub(crate) type SourceDecoder =
+    Arc<dyn Fn(&RawRecord) -> Result<Erased, crate::error::SerdeError> + Send + Sync>;
+
+/// A store opened for one task.
+pub(crate) enum OpenStore {
+    Kv(weir_store::KeyValueStore),
+    Window(weir_store::WindowStore),
+}
+
+pub(crate) struct StoreSlot {
+    pub(crate) store: OpenStore,
+    pub(crate) changelog: Option<ChangelogTarget>,
+}
+
+/// A punctuator of one node.
+#[derive(Debug, Clone)]
+pub(crate) struct Schedule {
+    id: ScheduleId,
+    node: usize,
+    interval_ms: i64,
+    kind: PunctuationType,
+    /// When it is next due, in the time of its kind; `None` until that time
+    /// is first known.
+    next_due: Option<i64>,
+}
+
+/// The part of a task every node's context reaches.
+pub(crate) struct TaskCore {
+    pub(crate) task_id: TaskId,
+    pub(crate) stores: BTreeMap<String, StoreSlot>,
+    pub(crate) outputs: Vec<OutputRecord>,
+    pub(crate) changelog: ChangelogQueue,
+    pub(crate) current: Option<RecordMetadata>,
+    pub(crate) stream_time: i64,
+    pub(crate) wall_clock_ms: i64,
+    schedules: Vec<Schedule>,
+}
+
+/// What a node sees of its task while it runs.
+pub(crate) struct NodeEnv<'a> {
+    pub(crate) core: &'a mut TaskCore,
+    pub(crate) node: usize,
+    pub(crate) node_name: &'a str,
+    pub(crate) allowed_stores: &'a [String],
+}
+
+impl NodeEnv<'_> {
+    fn store(&self, name: &str) -> Result<&StoreSlot, ProcessError> {
+        if !self.allowed_stores.iter().any(|s| s == name) {
+            return Err(ProcessError::msg(format!(
+                "processor {} did not declare store {name}",
+                self.node_name
+            )));
+        }
+        self.core.stores.get(name).ok_or_else(|| {
+            ProcessError::msg(format!(
+                "store {name} is not open in task {}",
+                self.core.task_id
+            ))
+        })
+    }
+
+    pub(crate) fn kv_store<K: Serde, V: Serde>(
+        &self,
+        store: &KvStoreRef<K, V>,
+    ) -> Result<KvStore<K, V>, ProcessError> {
+        let slot = self.store(store.name())?;
+        match &slot.store {
+            OpenStore::Kv(kv) => Ok(KvStore {
+                inner: kv.clone(),
+                changelog: slot.changelog.clone(),
+                _types: PhantomData,
+            }),
+            OpenStore::Window(_) => Err(ProcessError::msg(format!(
+                "store {} is a window store, not a key-value store",
+                store.name()
+            ))),
+        }
+    }
+
+    pub(crate) fn window_store<K: Serde, V: Serde>(
+        &self,
+        store: &WindowStoreRef<K, V>,
+    ) -> Result<WindowStore<K, V>, ProcessError> {
+        let slot = self.store(store.name())?;
+        match &slot.store {
+            OpenStore::Window(w) => Ok(WindowStore {
+                inner: w.clone(),
+                changelog: slot.changelog.clone(),
+                _types: PhantomData,
+            }),
+            OpenStore::Kv(_) => Err(ProcessError::msg(format!(
+                "store {} is a key-value store, not a window store",
+                store.name()
+            ))),
+        }
+    }
+
+    pub(crate) fn schedule(
+        &mut self,
+        interval: Duration,
+        kind: PunctuationType,
+    ) -> Result<ScheduleId, ProcessError> {
+        let interval_ms = i64::try_from(interval.as_millis())
+            .ok()
+            .filter(|ms| *ms > 0)
+            .ok_or_else(|| ProcessError::msg("a punctuation interval must be at least 1 ms"))?;
+        let id = ScheduleId(u32::try_from(self.core.schedules.len()).unwrap_or(u32::MAX));
+        self.core.schedules.push(Schedule {
+            id,
+            node: self.node,
+            interval_ms,
+            kind,
+            next_due: None,
+        });
+        Ok(id)
+    }
+}
+
+struct NodeSlot {
+    name: String,
+    stores: Vec<String>,
+    children: Vec<usize>,
+    node: Option<Box<dyn ErasedNode>>,
+}
+
+/// One subtopology's processors for one partition.
+pub struct StreamTask {
+    id: TaskId,
+    core: TaskCore,
+    /// Indexed like the topology's nodes; `None` for other subtopologies' nodes.
+    nodes: Vec<Option<NodeSlot>>,
+    /// Resolved input topic to (source node, decoder).
+    sources: BTreeMap<String, (usize, SourceDecoder)>,
+    /// Input topic partitions to the next offset to commit.
+    consumed: BTreeMap<String, i64>,
+}
+
+impl std::fmt::Debug for StreamTask {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StreamTask")
+            .field("id", &self.id)
+            .finish_non_exhaustive()
+    }
+}
+
+impl StreamTask {
+    /// Instantiates task `id` of `topology` for application `application_id`,
+    /// its stores in `store` (which must be this task's store when the
+    /// subtopology has stores).
+    ///
+    /// # Errors
+    ///
+    /// An unknown subtopology, a store that cannot be opened, or a processor
+    /// whose `init` fails.
+    pub(crate) fn new(
+        topology: &Topology,
+        id: TaskId,
+        application_id: &str,
+        store: Option<&weir_store::TaskStore>,
+    ) -> Result<StreamTask, StreamsError> {
+        let sub = topology.subtopology(id.subtopology)?;
+        let changelog: ChangelogQueue = ChangelogQueue::default();
+        let partition = i32::try_from(id.partition).map_err(|_| {
+            StreamsError::InvalidTopology(format!("task {id}: partition out of range"))
+        })?;
+        let mut stores = BTreeMap::new();
+        for name in &sub.stores {
+            let spec = topology.store_spec(name)?;
+            let Some(task_store) = store else {
+                return Err(StreamsError::InvalidTopology(format!(
+                    "task {id} has store {name} but no task store was opened"
+                )));
+            };
+            stores.insert(
+                name.clone(),
+                open_store(task_store, spec, application_id, partition, &changelog)?,
+            );
+        }
+        let mut nodes: Vec<Option<NodeSlot>> = (0..topology.nodes.len()).map(|_| None).collect();
+        let mut sources = BTreeMap::new();
+        for &index in &sub.nodes {
+            let def = &topology.nodes[index];
+            if let NodeKind::Source {
+                topics, decoder, ..
+            } = &def.kind
+            {
+                for topic in topics {
+                    sources.insert(topic.resolve(application_id), (index, Arc::clone(decoder)));
+                }
+            }
+            nodes[index] = Some(NodeSlot {
+                name: def.name.clone(),
+                stores: def.stores.clone(),
+                children: def.children.clone(),
+                node: Some((def.factory)(application_id)),
+            });
+        }
+        let mut task = StreamTask {
+            id,
+            core: TaskCore {
+                task_id: id,
+                stores,
+                outputs: Vec::new(),
+                changelog,
+                current: None,
+                stream_time: i64::MIN,
+                wall_clock_ms: 0,
+                schedules: Vec::new(),
+            },
+            nodes,
+            sources,
+            consumed: BTreeMap::new(),
+        };
+        for &index in &sub.nodes {
+            task.with_node(index, |node, env| node.init(env))?;
+        }
+        Ok(task)
+    }
+
+    /// The task's id.
+    pub fn id(&self) -> TaskId {
+        self.id
+    }
+
+    /// The resolved topics this task reads.
+    pub fn input_topics(&self) -> impl Iterator<Item = &str> {
+        self.sources.keys().map(String::as_str)
+    }
+
+    /// The task's stream time (`i64::MIN` before its first record).
+    pub fn stream_time(&self) -> i64 {
+        self.core.stream_time
+    }
+
+    fn with_node<T>(
+        &mut self,
+        index: usize,
+        f: impl FnOnce(&mut dyn ErasedNode, NodeEnv<'_>) -> Result<T, ProcessError>,
+    ) -> Result<T, StreamsError> {
+        let task = self.id.to_string();
+        let Some(slot) = self.nodes.get_mut(index).and_then(Option::as_mut) else {
+            return Err(StreamsError::InvalidTopology(format!(
+                "task {task}: node {index} is not in this task"
+            )));
+        };
+        let name = slot.name.clone();
+        let Some(mut node) = slot.node.take() else {
+            return Err(StreamsError::InvalidTopology(format!(
+                "task {task}: node {name} is re-entered (a cycle)"
+            )));
+        };
+        let env = NodeEnv {
+            core: &mut self.core,
+            node: index,
+            node_name: &slot.name,
+            allowed_stores: &slot.stores,
+        };
+        let result = f(node.as_mut(), env);
+        slot.node = Some(node);
+        result.map_err(|source| StreamsError::Process {
+            task,
+            node: name,
+            source,
+        })
+    }
+
+    /// Runs `record` through node `index` and then, depth-first, its children.
+    fn run(&mut self, index: usize, record: Erased) -> Result<(), StreamsError> {
+        let mut out = Vec::new();
+        self.with_node(index, |node, env| node.process(env, record, &mut out))?;
+        self.forward(index, out)
+    }
+
+    fn forward(&mut self, index: usize, out: Vec<Erased>) -> Result<(), StreamsError> {
+        let children = self
+            .nodes
+            .get(index)
+            .and_then(Option::as_ref)
+            .map(|s| s.children.clone())
+            .unwrap_or_default();
+        for record in out {
+            let Some((last, rest)) = children.split_last() else {
+                break;
+            };
+            for &child in rest {
+                let copy = self
+                    .nodes
+                    .get(index)
+                    .and_then(Option::as_ref)
+                    .and_then(|s| s.node.as_ref())
+                    .and_then(|n| n.clone_output(&record))
+                    .ok_or_else(|| {
+                        StreamsError::InvalidTopology(format!(
+                            "task {}: node {index}'s records cannot be copied",
+                            self.id
+                        ))
+                    })?;
+                self.run(child, copy)?;
+            }
+            self.run(*last, record)?;
+        }
+        Ok(())
+    }
+
+    /// Processes one input record: decodes it at its source, advances stream
+    /// time, and runs it through the processors. Stream-time punctuators that
+    /// became due run after it.
+    ///
+    /// # Errors
+    ///
+    /// [`StreamsError::Serde`] when the bytes do not decode (the caller's
+    /// deserialization handler decides), [`StreamsError::Process`] when a
+    /// processor fails.
+    pub fn process(&mut self, record: &RawRecord) -> Result<(), StreamsError> {
+        let Some((source, decoder)) = self.sources.get(&record.topic).cloned() else {
+            return Err(StreamsError::InvalidTopology(format!(
+                "task {} does not read topic {}",
+                self.id, record.topic
+            )));
+        };
+        self.consumed
+            .insert(record.topic.clone(), record.offset.saturating_add(1));
+        let typed = decoder(record)?;
+        self.core.current = Some(RecordMetadata {
+            topic: record.topic.clone(),
+            partition: record.partition,
+            offset: record.offset,
+        });
+        self.core.stream_time = self.core.stream_time.max(record.timestamp);
+        let result = self.run(source, typed);
+        self.core.current = None;
+        result?;
+        self.punctuate(PunctuationType::StreamTime, self.core.stream_time)
+    }
+
+    /// Marks `offset` of `topic` as consumed without processing it (a record
+    /// skipped by the deserialization handler), so the commit moves past it.
+    pub fn skip(&mut self, topic: &str, offset: i64) {
+        self.consumed
+            .insert(topic.to_owned(), offset.saturating_add(1));
+    }
+
+    /// Runs the wall-clock punctuators due at `now_ms`.
+    ///
+    /// # Errors
+    ///
+    /// A processor's error.
+    pub fn punctuate_wall_clock(&mut self, now_ms: i64) -> Result<(), StreamsError> {
+        self.core.wall_clock_ms = now_ms;
+        self.punctuate(PunctuationType::WallClockTime, now_ms)
+    }
+
+    fn punctuate(&mut self, kind: PunctuationType, now: i64) -> Result<(), StreamsError> {
+        if now == i64::MIN {
+            return Ok(());
+        }
+        for i in 0..self.core.schedules.len() {
+            let schedule = self.core.schedules[i].clone();
+            if schedule.kind != kind {
+                continue;
+            }
+            let due = match schedule.next_due {
+                // The first time this clock is known starts the schedule.
+                None => {
+                    self.core.schedules[i].next_due =
+                        Some(now.saturating_add(schedule.interval_ms));
+                    continue;
+                }
+                Some(due) => due,
+            };
+            if now < due {
+                continue;
+            }
+            // Kafka fires once per due time reached, not once per interval elapsed.
+            let missed = (now - due) / schedule.interval_ms;
+            self.core.schedules[i].next_due =
+                Some(due.saturating_add((missed + 1).saturating_mul(schedule.interval_ms)));
+            let mut out = Vec::new();
+            self.with_node(schedule.node, |node, env| {
+                node.punctuate(env, schedule.id, now, &mut out)
+            })?;
+            self.forward(schedule.node, out)?;
+        }
+        Ok(())
+    }
+
+    /// Takes the sink and repartition records written since the last call.
+    pub fn take_outputs(&mut self) -> Vec<OutputRecord> {
+        std::mem::take(&mut self.core.outputs)
+    }
+
+    /// Takes the changelog records written since the last call.
+    pub fn take_changelog(&mut self) -> Vec<OutputRecord> {
+        std::mem::take(
+            &mut *self
+                .core
+                .changelog
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        )
+    }
+
+    /// The next offset to commit per input topic (this task's partition),
+    /// for records processed since the task started.
+    pub fn consumed_offsets(&self) -> &BTreeMap<String, i64> {
+        &self.consumed
+    }
+
+    /// Drops everything written since the last commit: outputs, changelog
+    /// records. The caller aborts the task store's staged writes.
+    pub fn discard_uncommitted(&mut self) {
+        self.core.outputs.clear();
+        self.take_changelog();
+    }
+
+    /// Closes every processor.
+    pub fn close(&mut self) {
+        for slot in self.nodes.iter_mut().flatten() {
+            if let Some(node) = slot.node.as_mut() {
+                node.close();
+            }
+        }
+    }
+}
+
+fn open_store(
+    task_store: &weir_store::TaskStore,
+    spec: &StoreSpec,
+    application_id: &str,
+    partition: i32,
+    queue: &ChangelogQueue,
+) -> Result<StoreSlot, StreamsError> {
+    let err = |source| StreamsError::Store {
+        store: spec.name.clone(),
+        source,
+    };
+    let store = match &spec.kind {
+        StoreType::KeyValue => OpenStore::Kv(task_store.key_value_store(&spec.name).map_err(err)?),
+        StoreType::Window { retention, segment } => OpenStore::Window(
+            task_store
+                .window_store(&spec.name, *retention, *segment)
+                .map_err(err)?,
+        ),
+    };
+    let changelog = spec.logged.then(|| ChangelogTarget {
+        topic: spec.changelog_topic(application_id),
+        partition,
+        queue: Arc::clone(queue),
+    });
+    Ok(StoreSlot { store, changelog })
+}

@@ -1,0 +1,810 @@
+//! Topologies: sources, processors and sinks, the stores processors use, and
+//! the subtopologies (connected parts) that become tasks.
+//!
+//! ```
+//! use weir_streams::TopologyBuilder;
+//! use weir_streams::processor::{Processor, ProcessorContext};
+//! use weir_streams::{ProcessError, Record};
+//!
+//! struct Words;
+//! impl Processor<(), String> for Words {
+//!     type KOut = String;
+//!     type VOut = String;
+//!     fn process(&mut self, ctx: &mut ProcessorContext<'_, String, String>, r: Record<(), String>)
+//!         -> Result<(), ProcessError> {
+//!         for w in r.value.split_whitespace() {
+//!             ctx.forward(Record::new(w.to_lowercase(), w.to_lowercase(), r.timestamp));
+//!         }
+//!         Ok(())
+//!     }
+//! }
+//!
+//! let mut b = TopologyBuilder::new();
+//! let lines = b.source::<(), String>("lines", &["text"]);
+//! let words = b.processor("split", &[&lines], || Words, &[]);
+//! let by_word = b.repartition::<String, String>("by-word", &[&words], None);
+//! b.sink("out", &[&by_word], "words");
+//! let topology = b.build().unwrap();
+//! assert_eq!(topology.subtopology_count(), 2);
+//! println!("{}", topology.describe());
+//! ```
+
+mod nodes;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt::Write as _;
+use std::marker::PhantomData;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::error::{Result, StreamsError};
+use crate::processor::Processor;
+use crate::record::Record;
+use crate::serde::Serde;
+use crate::state::{KvStoreRef, StoreName, StoreSpec, StoreType, WindowStoreRef};
+use crate::task::{Erased, ErasedNode, SourceDecoder};
+
+use self::nodes::{ProcessorNode, SinkNode, SourceNode};
+
+/// A topic a topology reads or writes: one of the user's, or internal to the
+/// application (named `<application.id>-<name>`).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum TopicRef {
+    /// A topic named by the user.
+    External(String),
+    /// An internal topic: the application id and a dash come first.
+    Internal(String),
+}
+
+impl TopicRef {
+    /// The topic's name in application `application_id`.
+    pub fn resolve(&self, application_id: &str) -> String {
+        match self {
+            TopicRef::External(t) => t.clone(),
+            TopicRef::Internal(suffix) => format!("{application_id}-{suffix}"),
+        }
+    }
+}
+
+impl std::fmt::Display for TopicRef {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            TopicRef::External(t) => f.write_str(t),
+            TopicRef::Internal(s) => write!(f, "${{application.id}}-{s}"),
+        }
+    }
+}
+
+pub(crate) type NodeFactory = Arc<dyn Fn(&str) -> Box<dyn ErasedNode> + Send + Sync>;
+
+pub(crate) enum NodeKind {
+    Source {
+        topics: Vec<TopicRef>,
+        decoder: SourceDecoder,
+        serdes: (&'static str, &'static str),
+    },
+    Processor,
+    Sink {
+        topic: TopicRef,
+    },
+}
+
+pub(crate) struct NodeDef {
+    pub(crate) name: String,
+    pub(crate) kind: NodeKind,
+    pub(crate) parents: Vec<usize>,
+    pub(crate) children: Vec<usize>,
+    pub(crate) stores: Vec<String>,
+    pub(crate) factory: NodeFactory,
+}
+
+/// A typed handle to a node of a [`TopologyBuilder`]: what records it forwards.
+pub struct NodeRef<K, V> {
+    index: usize,
+    _types: PhantomData<fn() -> (K, V)>,
+}
+
+impl<K, V> Clone for NodeRef<K, V> {
+    fn clone(&self) -> Self {
+        NodeRef {
+            index: self.index,
+            _types: PhantomData,
+        }
+    }
+}
+
+impl<K, V> std::fmt::Debug for NodeRef<K, V> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "NodeRef({})", self.index)
+    }
+}
+
+/// Builds a [`Topology`] with Kafka Streams' Processor API.
+#[derive(Default)]
+pub struct TopologyBuilder {
+    nodes: Vec<NodeDef>,
+    stores: BTreeMap<String, StoreSpec>,
+    repartitions: BTreeMap<String, Option<i32>>,
+    errors: Vec<String>,
+}
+
+impl std::fmt::Debug for TopologyBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TopologyBuilder")
+            .field("nodes", &self.nodes.len())
+            .field("stores", &self.stores.keys().collect::<Vec<_>>())
+            .finish()
+    }
+}
+
+fn valid_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 200
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
+}
+
+impl TopologyBuilder {
+    /// An empty builder.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn add(
+        &mut self,
+        name: &str,
+        kind: NodeKind,
+        parents: Vec<usize>,
+        stores: Vec<String>,
+        factory: NodeFactory,
+    ) -> usize {
+        if !valid_name(name) {
+            self.errors.push(format!(
+                "node name {name:?} must be 1 to 200 of [a-zA-Z0-9._-]"
+            ));
+        }
+        if self.nodes.iter().any(|n| n.name == name) {
+            self.errors.push(format!("two nodes are named {name}"));
+        }
+        let index = self.nodes.len();
+        for &p in &parents {
+            if let Some(parent) = self.nodes.get_mut(p) {
+                parent.children.push(index);
+            }
+        }
+        self.nodes.push(NodeDef {
+            name: name.to_owned(),
+            kind,
+            parents,
+            children: Vec::new(),
+            stores,
+            factory,
+        });
+        index
+    }
+
+    fn source_at<K, V>(&mut self, name: &str, topics: Vec<TopicRef>) -> NodeRef<K, V>
+    where
+        K: Serde + Clone,
+        V: Serde + Clone,
+    {
+        if topics.is_empty() {
+            self.errors.push(format!("source {name} reads no topic"));
+        }
+        let decoder: SourceDecoder = Arc::new(|raw| {
+            let key = K::deserialize(raw.key.as_deref())?;
+            let value = V::deserialize(raw.value.as_deref())?;
+            let record = Record {
+                key,
+                value,
+                timestamp: raw.timestamp,
+                headers: raw.headers.clone(),
+            };
+            Ok(Box::new(record) as Erased)
+        });
+        let index = self.add(
+            name,
+            NodeKind::Source {
+                topics,
+                decoder,
+                serdes: (K::NAME, V::NAME),
+            },
+            Vec::new(),
+            Vec::new(),
+            Arc::new(|_| Box::new(SourceNode::<K, V>(PhantomData))),
+        );
+        NodeRef {
+            index,
+            _types: PhantomData,
+        }
+    }
+
+    /// A source node reading `topics`, decoding keys as `K` and values as `V`.
+    pub fn source<K, V>(&mut self, name: &str, topics: &[&str]) -> NodeRef<K, V>
+    where
+        K: Serde + Clone,
+        V: Serde + Clone,
+    {
+        let topics = topics
+            .iter()
+            .map(|t| TopicRef::External((*t).to_owned()))
+            .collect();
+        self.source_at(name, topics)
+    }
+
+    /// A processor node fed by `parents`, made per task by `supplier`, that
+    /// may use the stores `stores` (and only those).
+    pub fn processor<KIn, VIn, P, F>(
+        &mut self,
+        name: &str,
+        parents: &[&NodeRef<KIn, VIn>],
+        supplier: F,
+        stores: &[&dyn StoreName],
+    ) -> NodeRef<P::KOut, P::VOut>
+    where
+        KIn: Send + 'static,
+        VIn: Send + 'static,
+        P: Processor<KIn, VIn>,
+        F: Fn() -> P + Send + Sync + 'static,
+    {
+        if parents.is_empty() {
+            self.errors.push(format!("processor {name} has no parent"));
+        }
+        let stores = stores.iter().map(|s| s.store_name().to_owned()).collect();
+        let index = self.add(
+            name,
+            NodeKind::Processor,
+            parents.iter().map(|p| p.index).collect(),
+            stores,
+            Arc::new(move |_| {
+                Box::new(ProcessorNode {
+                    processor: supplier(),
+                    _types: PhantomData::<fn(KIn, VIn)>,
+                })
+            }),
+        );
+        NodeRef {
+            index,
+            _types: PhantomData,
+        }
+    }
+
+    fn sink_at<K: Serde, V: Serde>(
+        &mut self,
+        name: &str,
+        parents: &[&NodeRef<K, V>],
+        topic: TopicRef,
+    ) {
+        if parents.is_empty() {
+            self.errors
+                .push(format!("sink {name} is not connected to any node"));
+        }
+        let resolved = topic.clone();
+        self.add(
+            name,
+            NodeKind::Sink { topic },
+            parents.iter().map(|p| p.index).collect(),
+            Vec::new(),
+            Arc::new(move |app| {
+                Box::new(SinkNode::<K, V> {
+                    topic: resolved.resolve(app),
+                    _types: PhantomData,
+                })
+            }),
+        );
+    }
+
+    /// A sink node writing the records of `parents` to `topic`, partitioned
+    /// by the murmur2 hash of the key bytes (Java's default partitioner).
+    pub fn sink<K: Serde, V: Serde>(
+        &mut self,
+        name: &str,
+        parents: &[&NodeRef<K, V>],
+        topic: &str,
+    ) {
+        self.sink_at(name, parents, TopicRef::External(topic.to_owned()));
+    }
+
+    /// Repartitions the records of `parents` by key through the internal
+    /// topic `<application.id>-<name>-repartition` (with `partitions`, or as
+    /// many as the upstream subtopology has) and returns the node that reads
+    /// them back. Records with equal keys then meet in one task downstream.
+    pub fn repartition<K, V>(
+        &mut self,
+        name: &str,
+        parents: &[&NodeRef<K, V>],
+        partitions: Option<i32>,
+    ) -> NodeRef<K, V>
+    where
+        K: Serde + Clone,
+        V: Serde + Clone,
+    {
+        let topic = TopicRef::Internal(format!("{name}-repartition"));
+        if self
+            .repartitions
+            .insert(name.to_owned(), partitions)
+            .is_some()
+        {
+            self.errors
+                .push(format!("two repartition topics are named {name}"));
+        }
+        if partitions.is_some_and(|p| p < 1) {
+            self.errors
+                .push(format!("repartition {name}: partitions must be at least 1"));
+        }
+        self.sink_at(&format!("{name}-repartition-sink"), parents, topic.clone());
+        self.source_at(&format!("{name}-repartition-source"), vec![topic])
+    }
+
+    fn add_store(&mut self, spec: StoreSpec) {
+        if !valid_name(&spec.name) {
+            self.errors.push(format!(
+                "store name {:?} must be 1 to 200 of [a-zA-Z0-9._-]",
+                spec.name
+            ));
+        }
+        if self.stores.contains_key(&spec.name) {
+            self.errors
+                .push(format!("two stores are named {}", spec.name));
+        }
+        self.stores.insert(spec.name.clone(), spec);
+    }
+
+    /// A persistent key-value store with a changelog.
+    pub fn kv_store<K: Serde, V: Serde>(&mut self, name: &str) -> KvStoreRef<K, V> {
+        self.add_store(StoreSpec {
+            name: name.to_owned(),
+            kind: StoreType::KeyValue,
+            logged: true,
+            key_serde: K::NAME,
+            value_serde: V::NAME,
+        });
+        KvStoreRef::new(name)
+    }
+
+    /// A persistent window store with a changelog, keeping windows for
+    /// `retention` behind stream time (dropped in segments of a tenth of it,
+    /// at least one second).
+    pub fn window_store<K: Serde, V: Serde>(
+        &mut self,
+        name: &str,
+        retention: Duration,
+    ) -> WindowStoreRef<K, V> {
+        let segment = (retention / 10).max(Duration::from_secs(1));
+        self.add_store(StoreSpec {
+            name: name.to_owned(),
+            kind: StoreType::Window { retention, segment },
+            logged: true,
+            key_serde: K::NAME,
+            value_serde: V::NAME,
+        });
+        WindowStoreRef::new(name)
+    }
+
+    /// Turns off the changelog of store `name`: its contents then live only
+    /// on this instance's disk and are not restored elsewhere.
+    pub fn disable_logging(&mut self, name: &str) {
+        match self.stores.get_mut(name) {
+            Some(spec) => spec.logged = false,
+            None => self
+                .errors
+                .push(format!("disable_logging: unknown store {name}")),
+        }
+    }
+
+    /// Validates the topology and computes its subtopologies.
+    ///
+    /// # Errors
+    ///
+    /// [`StreamsError::InvalidTopology`] naming every problem: duplicate or
+    /// invalid names, a node without parents, a processor using an unknown
+    /// store, a topic read by two sources, a topology without sources.
+    pub fn build(self) -> Result<Topology> {
+        let mut errors = self.errors;
+        let mut read_by: BTreeMap<&TopicRef, &str> = BTreeMap::new();
+        for node in &self.nodes {
+            for store in &node.stores {
+                if !self.stores.contains_key(store) {
+                    errors.push(format!(
+                        "processor {} uses unknown store {store}",
+                        node.name
+                    ));
+                }
+            }
+            if let NodeKind::Source { topics, .. } = &node.kind {
+                for t in topics {
+                    if let Some(other) = read_by.insert(t, &node.name) {
+                        errors.push(format!(
+                            "topic {t} is read by both {other} and {}",
+                            node.name
+                        ));
+                    }
+                }
+            }
+        }
+        if read_by.is_empty() {
+            errors.push("the topology has no source".to_owned());
+        }
+        for name in self.stores.keys() {
+            if !self.nodes.iter().any(|n| n.stores.contains(name)) {
+                errors.push(format!("store {name} is used by no processor"));
+            }
+        }
+        if !errors.is_empty() {
+            return Err(StreamsError::InvalidTopology(errors.join("; ")));
+        }
+        let subtopologies = subtopologies(&self.nodes);
+        Ok(Topology {
+            nodes: self.nodes,
+            stores: self.stores,
+            repartitions: self.repartitions,
+            subtopologies,
+        })
+    }
+}
+
+/// One connected part of a topology: nodes joined by edges or by a shared store.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Subtopology {
+    pub(crate) id: u32,
+    pub(crate) nodes: Vec<usize>,
+    pub(crate) sources: Vec<TopicRef>,
+    pub(crate) sinks: Vec<TopicRef>,
+    pub(crate) stores: Vec<String>,
+}
+
+fn find(parent: &mut [usize], mut i: usize) -> usize {
+    while parent[i] != i {
+        parent[i] = parent[parent[i]];
+        i = parent[i];
+    }
+    i
+}
+
+fn subtopologies(nodes: &[NodeDef]) -> Vec<Subtopology> {
+    let mut parent: Vec<usize> = (0..nodes.len()).collect();
+    let union = |parent: &mut Vec<usize>, a: usize, b: usize| {
+        let (ra, rb) = (find(parent, a), find(parent, b));
+        if ra != rb {
+            parent[ra.max(rb)] = ra.min(rb);
+        }
+    };
+    let mut store_owner: BTreeMap<&str, usize> = BTreeMap::new();
+    for (i, node) in nodes.iter().enumerate() {
+        for &p in &node.parents {
+            union(&mut parent, i, p);
+        }
+        for s in &node.stores {
+            match store_owner.get(s.as_str()) {
+                Some(&other) => union(&mut parent, i, other),
+                None => {
+                    store_owner.insert(s, i);
+                }
+            }
+        }
+    }
+    // Numbered in the order of each part's first node, as Kafka numbers its
+    // node groups in the order their sources were added.
+    let mut by_root: BTreeMap<usize, Vec<usize>> = BTreeMap::new();
+    for i in 0..nodes.len() {
+        let root = find(&mut parent, i);
+        by_root.entry(root).or_default().push(i);
+    }
+    by_root
+        .into_values()
+        .enumerate()
+        .map(|(id, members)| {
+            let mut sources = Vec::new();
+            let mut sinks = Vec::new();
+            let mut stores = BTreeSet::new();
+            for &m in &members {
+                match &nodes[m].kind {
+                    NodeKind::Source { topics, .. } => sources.extend(topics.iter().cloned()),
+                    NodeKind::Sink { topic } => sinks.push(topic.clone()),
+                    NodeKind::Processor => {}
+                }
+                stores.extend(nodes[m].stores.iter().cloned());
+            }
+            Subtopology {
+                id: u32::try_from(id).unwrap_or(u32::MAX),
+                nodes: members,
+                sources,
+                sinks,
+                stores: stores.into_iter().collect(),
+            }
+        })
+        .collect()
+}
+
+/// An internal topic the application needs, with how to create it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InternalTopic {
+    /// The topic's name.
+    pub name: String,
+    /// Its partition count.
+    pub partitions: i32,
+    /// Topic configs to create it with (`cleanup.policy`, `retention.ms`).
+    pub configs: Vec<(String, String)>,
+    /// Whether it is a changelog (else a repartition topic).
+    pub changelog: bool,
+}
+
+/// A validated topology.
+pub struct Topology {
+    pub(crate) nodes: Vec<NodeDef>,
+    pub(crate) stores: BTreeMap<String, StoreSpec>,
+    repartitions: BTreeMap<String, Option<i32>>,
+    pub(crate) subtopologies: Vec<Subtopology>,
+}
+
+impl std::fmt::Debug for Topology {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.describe())
+    }
+}
+
+impl Topology {
+    /// How many subtopologies (Kafka's topic groups) it has.
+    pub fn subtopology_count(&self) -> usize {
+        self.subtopologies.len()
+    }
+
+    pub(crate) fn subtopology(&self, id: u32) -> Result<&Subtopology> {
+        self.subtopologies
+            .get(id as usize)
+            .ok_or_else(|| StreamsError::InvalidTopology(format!("no subtopology {id}")))
+    }
+
+    pub(crate) fn store_spec(&self, name: &str) -> Result<&StoreSpec> {
+        self.stores
+            .get(name)
+            .ok_or_else(|| StreamsError::InvalidTopology(format!("unknown store {name}")))
+    }
+
+    /// The stores of the topology.
+    pub fn stores(&self) -> impl Iterator<Item = &StoreSpec> {
+        self.stores.values()
+    }
+
+    /// The stores of subtopology `id`.
+    pub fn subtopology_stores(&self, id: u32) -> Vec<&StoreSpec> {
+        self.subtopologies
+            .get(id as usize)
+            .map(|s| s.stores.iter().filter_map(|n| self.stores.get(n)).collect())
+            .unwrap_or_default()
+    }
+
+    /// The resolved topics subtopology `id` reads.
+    pub fn source_topics(&self, id: u32, application_id: &str) -> Vec<String> {
+        self.subtopologies
+            .get(id as usize)
+            .map(|s| {
+                s.sources
+                    .iter()
+                    .map(|t| t.resolve(application_id))
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    /// Every resolved topic any subtopology reads.
+    pub fn all_source_topics(&self, application_id: &str) -> Vec<String> {
+        let mut topics: Vec<String> = self
+            .subtopologies
+            .iter()
+            .flat_map(|s| s.sources.iter().map(|t| t.resolve(application_id)))
+            .collect();
+        topics.sort();
+        topics.dedup();
+        topics
+    }
+
+    /// The external topics the topology reads (they must exist).
+    pub fn external_source_topics(&self) -> Vec<String> {
+        let mut topics: Vec<String> = self
+            .subtopologies
+            .iter()
+            .flat_map(|s| s.sources.iter())
+            .filter_map(|t| match t {
+                TopicRef::External(t) => Some(t.clone()),
+                TopicRef::Internal(_) => None,
+            })
+            .collect();
+        topics.sort();
+        topics.dedup();
+        topics
+    }
+
+    /// The subtopology that reads `topic` (resolved).
+    pub fn subtopology_of(&self, topic: &str, application_id: &str) -> Option<u32> {
+        self.subtopologies
+            .iter()
+            .find(|s| s.sources.iter().any(|t| t.resolve(application_id) == topic))
+            .map(|s| s.id)
+    }
+
+    /// The partition count of every subtopology, from the partition counts of
+    /// the external topics it reads (`external`); repartition topics take
+    /// their configured count or that of the subtopology writing them.
+    ///
+    /// # Errors
+    ///
+    /// A missing external topic, or topics read by one subtopology that have
+    /// different partition counts (they must be co-partitioned).
+    pub fn partition_counts(&self, external: &BTreeMap<String, i32>) -> Result<BTreeMap<u32, i32>> {
+        let mut internal: BTreeMap<String, i32> = self
+            .repartitions
+            .iter()
+            .filter_map(|(name, p)| p.map(|p| (format!("{name}-repartition"), p)))
+            .collect();
+        let mut counts: BTreeMap<u32, i32> = BTreeMap::new();
+        // A fixpoint: each pass settles subtopologies whose inputs are known.
+        for _ in 0..=self.subtopologies.len() {
+            for sub in &self.subtopologies {
+                if counts.contains_key(&sub.id) {
+                    continue;
+                }
+                let mut known = Vec::new();
+                let mut unknown = false;
+                for t in &sub.sources {
+                    let n = match t {
+                        TopicRef::External(name) => match external.get(name) {
+                            Some(n) => Some(*n),
+                            None => {
+                                return Err(StreamsError::Topic {
+                                    topic: name.clone(),
+                                    reason: "source topic does not exist".into(),
+                                });
+                            }
+                        },
+                        TopicRef::Internal(suffix) => internal.get(suffix).copied(),
+                    };
+                    match n {
+                        Some(n) => known.push((t, n)),
+                        None => unknown = true,
+                    }
+                }
+                if unknown {
+                    continue;
+                }
+                let Some(&(first_topic, first)) = known.first() else {
+                    continue;
+                };
+                if let Some((t, n)) = known.iter().find(|(_, n)| *n != first) {
+                    return Err(StreamsError::Topic {
+                        topic: t.to_string(),
+                        reason: format!(
+                            "has {n} partitions but {first_topic} has {first}: topics read by one \
+                             subtopology must be co-partitioned"
+                        ),
+                    });
+                }
+                counts.insert(sub.id, first);
+                for sink in &sub.sinks {
+                    if let TopicRef::Internal(suffix) = sink {
+                        internal.entry(suffix.clone()).or_insert(first);
+                    }
+                }
+            }
+        }
+        if let Some(sub) = self
+            .subtopologies
+            .iter()
+            .find(|s| !counts.contains_key(&s.id))
+        {
+            return Err(StreamsError::InvalidTopology(format!(
+                "the partition count of subtopology {} cannot be derived (a cycle of repartition \
+                 topics?)",
+                sub.id
+            )));
+        }
+        Ok(counts)
+    }
+
+    /// The internal topics (repartition topics and changelogs) the
+    /// application needs, given the subtopologies' partition counts.
+    pub fn internal_topics(
+        &self,
+        application_id: &str,
+        counts: &BTreeMap<u32, i32>,
+    ) -> Vec<InternalTopic> {
+        let mut out = Vec::new();
+        for sub in &self.subtopologies {
+            let Some(&n) = counts.get(&sub.id) else {
+                continue;
+            };
+            for src in &sub.sources {
+                if let TopicRef::Internal(_) = src {
+                    out.push(InternalTopic {
+                        name: src.resolve(application_id),
+                        partitions: n,
+                        configs: vec![("cleanup.policy".into(), "delete".into())],
+                        changelog: false,
+                    });
+                }
+            }
+            for store in sub.stores.iter().filter_map(|s| self.stores.get(s)) {
+                if !store.logged {
+                    continue;
+                }
+                let configs = match &store.kind {
+                    StoreType::KeyValue => vec![("cleanup.policy".into(), "compact".into())],
+                    StoreType::Window { retention, .. } => {
+                        // Kafka Streams keeps a window changelog a day longer
+                        // than the store (windowstore.changelog.additional.retention.ms).
+                        let ms = retention.as_millis().saturating_add(86_400_000);
+                        vec![
+                            ("cleanup.policy".into(), "compact,delete".into()),
+                            ("retention.ms".into(), ms.to_string()),
+                        ]
+                    }
+                };
+                out.push(InternalTopic {
+                    name: store.changelog_topic(application_id),
+                    partitions: n,
+                    configs,
+                    changelog: true,
+                });
+            }
+        }
+        out
+    }
+
+    /// A description in Kafka Streams' format: each subtopology with its
+    /// sources, processors (and their stores) and sinks, and the edges.
+    pub fn describe(&self) -> String {
+        let mut s = String::from("Topologies:\n");
+        for sub in &self.subtopologies {
+            let _ = writeln!(s, "   Sub-topology: {}", sub.id);
+            for &i in &sub.nodes {
+                let node = &self.nodes[i];
+                match &node.kind {
+                    NodeKind::Source { topics, serdes, .. } => {
+                        let topics: Vec<String> = topics.iter().map(ToString::to_string).collect();
+                        let _ = writeln!(
+                            s,
+                            "    Source: {} (topics: [{}], key: {}, value: {})",
+                            node.name,
+                            topics.join(", "),
+                            serdes.0,
+                            serdes.1
+                        );
+                    }
+                    NodeKind::Processor => {
+                        let _ = writeln!(
+                            s,
+                            "    Processor: {} (stores: [{}])",
+                            node.name,
+                            node.stores.join(", ")
+                        );
+                    }
+                    NodeKind::Sink { topic } => {
+                        let _ = writeln!(s, "    Sink: {} (topic: {topic})", node.name);
+                    }
+                }
+                let names = |v: &[usize]| {
+                    if v.is_empty() {
+                        "none".to_owned()
+                    } else {
+                        v.iter()
+                            .map(|&c| self.nodes[c].name.as_str())
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    }
+                };
+                if !matches!(node.kind, NodeKind::Sink { .. }) {
+                    let _ = writeln!(s, "      --> {}", names(&node.children));
+                }
+                if !matches!(node.kind, NodeKind::Source { .. }) {
+                    let _ = writeln!(s, "      <-- {}", names(&node.parents));
+                }
+            }
+            s.push('\n');
+        }
+        s
+    }
+}
+
+#[cfg(test)]
+mod tests;
