@@ -102,6 +102,7 @@ impl StateDirectory {
                 continue;
             }
             tracing::info!(task = %task_id, idle_ms = idle.as_millis() as u64, "removing state of unowned task");
+            crate::failpoints::check(crate::failpoints::points::CLEANUP_BEFORE_DELETE, &path)?;
             // Deleted while holding the lock, so no one can open it half-deleted.
             std::fs::remove_dir_all(&path).map_err(|e| StoreError::io(&path, e))?;
             lock.forget_released_file();
@@ -153,6 +154,7 @@ impl TaskDirLock {
             .truncate(false)
             .open(&path)
             .map_err(|e| StoreError::io(&path, e))?;
+        crate::failpoints::check(crate::failpoints::points::LOCK_OPENED, task_dir)?;
         match file.try_lock() {
             Ok(()) => {}
             Err(std::fs::TryLockError::WouldBlock) => {

@@ -491,6 +491,10 @@ impl ChangelogRestorer {
                     "wrote the buckets into the store"
                 );
                 free_in_background(buckets.generation);
+                crate::failpoints::check(
+                    crate::failpoints::points::RESTORE_FINAL_COMMIT,
+                    self.task.path(),
+                )?;
                 let inner = &self.task.inner;
                 let mut batch = inner.db.batch().durability(Some(PersistMode::SyncAll));
                 if let Some(next) = self.progress.next_offset {

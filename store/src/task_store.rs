@@ -597,6 +597,7 @@ impl TaskStore {
         }
         for (name, segment, ks) in doomed {
             tracing::debug!(store = %name, segment, "dropping expired window segment");
+            crate::failpoints::check(crate::failpoints::points::DROP_SEGMENT, &self.inner.path)?;
             self.inner
                 .db
                 .delete_keyspace(ks)
