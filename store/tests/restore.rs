@@ -169,6 +169,59 @@ fn an_interrupted_bulk_restore_is_discarded_at_open_and_reports_unknown() {
     apply_in_chunks(&mut restorer, &records);
     restorer.finish().unwrap();
     assert_eq!(contents(&task, "kv"), model(&records));
+    // And the restored store survives the next open: discarding the
+    // interrupted restore must not undo the ingestion that followed it.
+    drop(task);
+    let task = TaskStore::open(dir.path(), small_options()).unwrap();
+    assert_eq!(task.committed_offset(&tp), CommittedOffset::Known(4_000));
+    assert_eq!(contents(&task, "kv").len(), model(&records).len());
+    assert_eq!(contents(&task, "kv"), model(&records));
+}
+
+/// C2 without a fault: a bulk restore dropped unfinished leaves its marker, so
+/// a commit that claims the restored partition's offset must be refused (the
+/// next open empties the store), and no reopen may show that offset.
+#[test]
+fn a_commit_claiming_a_partition_under_bulk_restore_is_refused() {
+    let dir = common::tempdir();
+    let tp = ChangelogPartition::new("app-kv-changelog", 0);
+    let other = ChangelogPartition::new("app-other-changelog", 0);
+    let records = changelog(2_000, 2_000, 9);
+    {
+        let task = TaskStore::open(dir.path(), small_options()).unwrap();
+        let kv = task.key_value_store("kv").unwrap();
+        let mut restorer = task.restorer("kv", tp.clone(), 2_000).unwrap();
+        assert_eq!(restorer.path(), RestorePath::SortedRuns);
+        apply_in_chunks(&mut restorer, &records[..1_000]);
+        drop(restorer);
+        kv.put(b"k", b"v").unwrap();
+        match task.commit(&[(tp.clone(), 1)]) {
+            Err(StoreError::RestoreInProgress {
+                store, partition, ..
+            }) => assert_eq!((store.as_str(), &partition), ("kv", &tp)),
+            other => panic!("commit over an unfinished restore: {other:?}"),
+        }
+        // Writes into the store are refused as well, with no offset claimed.
+        assert!(matches!(
+            task.commit(&[]),
+            Err(StoreError::RestoreInProgress { .. })
+        ));
+        assert_eq!(task.committed_offset(&tp), CommittedOffset::Unknown);
+        // Other partitions still commit once the store's writes are dropped.
+        task.abort();
+        task.commit(&[(other.clone(), 5)]).unwrap();
+    }
+    let task = TaskStore::open(dir.path(), small_options()).unwrap();
+    assert_eq!(task.committed_offset(&tp), CommittedOffset::Unknown);
+    assert_eq!(task.committed_offset(&other), CommittedOffset::Known(5));
+    assert!(contents(&task, "kv").is_empty());
+    // The restore runs again, over the bulk path, and commits.
+    let mut restorer = task.restorer("kv", tp.clone(), 2_000).unwrap();
+    assert_eq!(restorer.path(), RestorePath::SortedRuns);
+    apply_in_chunks(&mut restorer, &records);
+    restorer.finish().unwrap();
+    task.commit(&[(tp.clone(), 2_000)]).unwrap();
+    assert_eq!(contents(&task, "kv"), model(&records));
 }
 
 #[test]

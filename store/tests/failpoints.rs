@@ -1,0 +1,166 @@
+//! Failures and interleavings inside store operations, reached through the
+//! fault hooks of the `failpoints` feature: a bulk restore whose `finish`
+//! fails halfway and is retried.
+//!
+//! Hooks are process-wide, so the tests of this file run one at a time (each
+//! holds `serial()`) and clear every hook when they end, passed or not.
+
+// Test helpers outside #[test] functions may unwrap too.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+use weir_store::failpoints::{self, points};
+use weir_store::{
+    ChangelogPartition, ChangelogRecord, CommittedOffset, RestorePath, StoreOptions, TaskStore,
+};
+
+/// Holds the file's test lock and clears every hook when dropped.
+struct Serial(#[allow(dead_code)] MutexGuard<'static, ()>);
+
+impl Drop for Serial {
+    fn drop(&mut self) {
+        failpoints::clear();
+    }
+}
+
+fn serial() -> Serial {
+    static LOCK: Mutex<()> = Mutex::new(());
+    let guard = LOCK.lock().unwrap_or_else(PoisonError::into_inner);
+    failpoints::clear();
+    Serial(guard)
+}
+
+type Record = (i64, Vec<u8>, Option<Vec<u8>>);
+
+/// A changelog in offset order with repeated keys and tombstones, about 1.7
+/// MB: more than the 1 MiB below which `finish` ingests one key range only.
+fn changelog(n: i64, keys: u64) -> Vec<Record> {
+    let mut x = 0x2545_f491_4f6c_dd1d_u64;
+    (0..n)
+        .map(|offset| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let key = format!("key-{:06}", x % keys).into_bytes();
+            let value = (!x.is_multiple_of(7)).then(|| format!("value-{offset:060}").into_bytes());
+            (offset, key, value)
+        })
+        .collect()
+}
+
+fn model(records: &[Record]) -> BTreeMap<Vec<u8>, Vec<u8>> {
+    let mut m = BTreeMap::new();
+    for (_, k, v) in records {
+        match v {
+            Some(v) => m.insert(k.clone(), v.clone()),
+            None => m.remove(k),
+        };
+    }
+    m
+}
+
+fn apply(restorer: &mut weir_store::ChangelogRestorer, records: &[Record]) {
+    for chunk in records.chunks(1_000) {
+        let batch: Vec<ChangelogRecord<'_>> = chunk
+            .iter()
+            .map(|(offset, k, v)| ChangelogRecord {
+                offset: *offset,
+                key: k,
+                value: v.as_deref(),
+            })
+            .collect();
+        restorer.apply(&batch).unwrap();
+    }
+}
+
+fn contents(task: &TaskStore, store: &str) -> BTreeMap<Vec<u8>, Vec<u8>> {
+    task.key_value_store(store)
+        .unwrap()
+        .iter()
+        .unwrap()
+        .map(Result::unwrap)
+        .collect()
+}
+
+fn options() -> StoreOptions {
+    // Small generations so that some are spilled, and two threads so that
+    // `finish` ingests eight key ranges.
+    StoreOptions::default()
+        .with_restore_memory_bytes(1 << 20)
+        .with_restore_threads(2)
+        .with_restore_batch_bytes(16 << 10)
+}
+
+/// C2: `finish` fails after part of the data was ingested (or after all of
+/// it, before the final commit); the retry in the same process must start the
+/// bulk path over on a cleared store, and the store must survive a reopen
+/// with the changelog's state and offset.
+#[test]
+fn a_bulk_restore_that_fails_inside_finish_is_retried_cleanly_and_survives_reopen() {
+    let _serial = serial();
+    let tp = ChangelogPartition::new("app-kv-changelog", 3);
+    let records = changelog(25_000, 12_000);
+    let end = records.len() as i64;
+    for point in [points::INGESTED_RANGE, points::RESTORE_FINAL_COMMIT] {
+        let dir = common::tempdir();
+        let hits = Arc::new(AtomicUsize::new(0));
+        let retry_path = {
+            let task = TaskStore::open(dir.path(), options()).unwrap();
+            task.key_value_store("kv").unwrap();
+            let mut restorer = task.restorer("kv", tp.clone(), end).unwrap();
+            assert_eq!(restorer.path(), RestorePath::SortedRuns);
+            apply(&mut restorer, &records);
+            // Fails the first time the point is reached: for ingestion, after
+            // one key range was written into the store.
+            let counted = Arc::clone(&hits);
+            failpoints::set(point, move || counted.fetch_add(1, Ordering::SeqCst) == 0);
+            assert!(restorer.finish().is_err(), "{point}: finish should fail");
+            failpoints::clear();
+            assert!(hits.load(Ordering::SeqCst) >= 1, "{point} never reached");
+            if point == points::INGESTED_RANGE {
+                assert!(
+                    !contents(&task, "kv").is_empty(),
+                    "the failure should come after a range was ingested"
+                );
+            }
+            assert_eq!(task.committed_offset(&tp), CommittedOffset::Unknown);
+
+            // The retry, from the beginning as `Unknown` says.
+            let mut retry = task.restorer("kv", tp.clone(), end).unwrap();
+            let path = retry.path();
+            apply(&mut retry, &records);
+            retry.finish().unwrap();
+            assert_eq!(task.committed_offset(&tp), CommittedOffset::Known(end));
+            let got = contents(&task, "kv");
+            assert!(
+                got == model(&records),
+                "{point}: {} keys after the retry",
+                got.len()
+            );
+            path
+        };
+        let task = TaskStore::open(dir.path(), options()).unwrap();
+        assert_eq!(
+            task.committed_offset(&tp),
+            CommittedOffset::Known(end),
+            "{point}: offset after reopen"
+        );
+        let got = contents(&task, "kv");
+        assert!(
+            got == model(&records),
+            "{point}: {} keys after reopen, the changelog has {}",
+            got.len(),
+            model(&records).len()
+        );
+        assert_eq!(
+            retry_path,
+            RestorePath::SortedRuns,
+            "{point}: a retry over a failed bulk restore takes the bulk path again"
+        );
+    }
+}
