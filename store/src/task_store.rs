@@ -489,7 +489,17 @@ impl TaskStore {
         }
         drop(state);
         tracing::debug!(dir = %inner.path.display(), writes, offsets = changelog_offsets.len(), "committed");
-        self.drop_expired_segments()
+        // The commit happened: a segment that cannot be dropped now is not a
+        // failed commit (its windows are invisible anyway) and is dropped by
+        // a later commit, or at the next open.
+        if let Err(error) = self.drop_expired_segments() {
+            tracing::warn!(
+                dir = %inner.path.display(),
+                %error,
+                "committed, but could not drop an expired window segment; retrying at the next commit"
+            );
+        }
+        Ok(())
     }
 
     /// Discards every staged write of every store in this task.
@@ -644,7 +654,9 @@ impl TaskStore {
 
     /// Drops window segments whose every window is past retention relative to
     /// the committed stream time. Invisible to readers, who filter by the same
-    /// rule, so it may happen outside a commit.
+    /// rule, so it may happen outside a commit. A segment that cannot be
+    /// dropped stays registered, so the next call tries again; the first
+    /// failure is returned once every segment was tried.
     pub(crate) fn drop_expired_segments(&self) -> Result<()> {
         let mut doomed = Vec::new();
         {
@@ -675,15 +687,26 @@ impl TaskStore {
                 }
             }
         }
+        let mut first_error = None;
         for (name, segment, ks) in doomed {
             tracing::debug!(store = %name, segment, "dropping expired window segment");
-            crate::failpoints::check(crate::failpoints::points::DROP_SEGMENT, &self.inner.path)?;
-            self.inner
-                .db
-                .delete_keyspace(ks)
-                .map_err(self.inner.engine_err("dropping an expired segment"))?;
+            let dropped =
+                crate::failpoints::check(crate::failpoints::points::DROP_SEGMENT, &self.inner.path)
+                    .and_then(|()| {
+                        self.inner
+                            .db
+                            .delete_keyspace(ks.clone())
+                            .map_err(self.inner.engine_err("dropping an expired segment"))
+                    });
+            if let Err(error) = dropped {
+                tracing::warn!(store = %name, segment, %error, "could not drop an expired window segment");
+                if let Ok(entry) = self.inner.state().store_mut(&name) {
+                    entry.segments.insert(segment, ks);
+                }
+                first_error.get_or_insert(error);
+            }
         }
-        Ok(())
+        first_error.map_or(Ok(()), Err)
     }
 }
 

@@ -1,6 +1,7 @@
 //! Failures and interleavings inside store operations, reached through the
 //! fault hooks of the `failpoints` feature: a bulk restore whose `finish`
-//! fails halfway and is retried.
+//! fails halfway and is retried, and a window segment that cannot be dropped
+//! after a commit.
 //!
 //! Hooks are process-wide, so the tests of this file run one at a time (each
 //! holds `serial()`) and clear every hook when they end, passed or not.
@@ -11,8 +12,9 @@
 mod common;
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
 
 use weir_store::failpoints::{self, points};
 use weir_store::{
@@ -163,4 +165,58 @@ fn a_bulk_restore_that_fails_inside_finish_is_retried_cleanly_and_survives_reope
             "{point}: a retry over a failed bulk restore takes the bulk path again"
         );
     }
+}
+
+/// m10: once the commit's batch is durable, a failure to drop an expired
+/// window segment must not be reported as a failed commit; the drop is
+/// retried by a later commit.
+#[test]
+fn a_segment_drop_failing_after_a_commit_does_not_fail_the_commit_and_is_retried() {
+    let _serial = serial();
+    let dir = common::tempdir();
+    let tp = ChangelogPartition::new("app-win-changelog", 0);
+    let (retention, segment) = (Duration::from_millis(100), Duration::from_millis(50));
+    let attempts = Arc::new(AtomicUsize::new(0));
+    let failing = Arc::new(AtomicBool::new(true));
+    {
+        let task = TaskStore::open(dir.path(), StoreOptions::default()).unwrap();
+        let win = task.window_store("win", retention, segment).unwrap();
+        win.put(b"old", b"1", 0).unwrap();
+        task.commit(&[(tp.clone(), 1)]).unwrap();
+
+        let (counted, fail) = (Arc::clone(&attempts), Arc::clone(&failing));
+        failpoints::set(points::DROP_SEGMENT, move || {
+            counted.fetch_add(1, Ordering::SeqCst);
+            fail.load(Ordering::SeqCst)
+        });
+        // Stream time 1,000 expires segment 0.
+        win.put(b"new", b"2", 1_000).unwrap();
+        let committed = task.commit(&[(tp.clone(), 2)]);
+        assert!(
+            committed.is_ok(),
+            "the batch was committed, yet commit said {committed:?}"
+        );
+        assert_eq!(attempts.load(Ordering::SeqCst), 1);
+        assert_eq!(task.committed_offset(&tp), CommittedOffset::Known(2));
+        assert!(!task.has_staged_writes());
+        let live: Vec<_> = win
+            .fetch_all(i64::MIN, i64::MAX)
+            .unwrap()
+            .map(|e| e.unwrap().key)
+            .collect();
+        assert_eq!(live, vec![b"new".to_vec()]);
+
+        // The next commit drops the segment that could not be dropped.
+        failing.store(false, Ordering::SeqCst);
+        task.commit(&[(tp.clone(), 3)]).unwrap();
+        assert_eq!(
+            attempts.load(Ordering::SeqCst),
+            2,
+            "the drop was not retried"
+        );
+    }
+    // Nothing is left to drop at the next open.
+    let task = TaskStore::open(dir.path(), StoreOptions::default()).unwrap();
+    assert_eq!(attempts.load(Ordering::SeqCst), 2, "the segment survived");
+    assert_eq!(task.committed_offset(&tp), CommittedOffset::Known(3));
 }
