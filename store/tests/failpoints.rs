@@ -1,7 +1,7 @@
 //! Failures and interleavings inside store operations, reached through the
 //! fault hooks of the `failpoints` feature: a bulk restore whose `finish`
-//! fails halfway and is retried, and a window segment that cannot be dropped
-//! after a commit.
+//! fails halfway and is retried, a window segment that cannot be dropped after
+//! a commit, and directory cleanup racing a new owner.
 //!
 //! Hooks are process-wide, so the tests of this file run one at a time (each
 //! holds `serial()`) and clear every hook when they end, passed or not.
@@ -11,14 +11,15 @@
 
 mod common;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use weir_store::failpoints::{self, points};
 use weir_store::{
-    ChangelogPartition, ChangelogRecord, CommittedOffset, RestorePath, StoreOptions, TaskStore,
+    ChangelogPartition, ChangelogRecord, CommittedOffset, RestorePath, StateDirectory, StoreError,
+    StoreOptions, TaskDirLock, TaskStore,
 };
 
 /// Holds the file's test lock and clears every hook when dropped.
@@ -219,4 +220,94 @@ fn a_segment_drop_failing_after_a_commit_does_not_fail_the_commit_and_is_retried
     let task = TaskStore::open(dir.path(), StoreOptions::default()).unwrap();
     assert_eq!(attempts.load(Ordering::SeqCst), 2, "the segment survived");
     assert_eq!(task.committed_offset(&tp), CommittedOffset::Known(3));
+}
+
+/// m9: an acquire that opened the lock file just before a cleanup removed the
+/// directory must not end up holding a lock on the deleted file, which would
+/// let a second owner lock the recreated directory at the same time.
+#[test]
+fn an_acquire_racing_a_cleanup_locks_the_live_directory() {
+    let _serial = serial();
+    let root = common::tempdir();
+    let state = StateDirectory::new(root.path(), "app").unwrap();
+    let task_dir = state.task_path("0_1").unwrap();
+    drop(TaskStore::open(&task_dir, StoreOptions::default()).unwrap());
+
+    let fired = Arc::new(AtomicBool::new(false));
+    let removed = Arc::new(Mutex::new(Vec::new()));
+    let (once, cleaner, out) = (Arc::clone(&fired), state.clone(), Arc::clone(&removed));
+    // Between the acquire's open and its lock, a cleanup removes the directory.
+    failpoints::set(points::LOCK_OPENED, move || {
+        if !once.swap(true, Ordering::SeqCst) {
+            let ids = cleaner
+                .clean_unowned(&BTreeSet::new(), Duration::ZERO, SystemTime::now())
+                .unwrap();
+            out.lock().unwrap().extend(ids);
+        }
+        false
+    });
+    let lock = TaskDirLock::acquire(&task_dir).unwrap();
+    failpoints::clear();
+    assert_eq!(*removed.lock().unwrap(), vec!["0_1".to_owned()]);
+    assert!(lock.path().exists(), "the lock is held on a deleted file");
+    match TaskDirLock::acquire(&task_dir) {
+        Err(StoreError::Locked { .. }) => {}
+        other => panic!("a second owner got the directory too: {other:?}"),
+    }
+}
+
+/// m9: once a cleanup decided to remove a directory, the name is free at once:
+/// a new owner gets a fresh store while the old files are still being
+/// deleted, and the deletion never touches what the new owner wrote.
+#[test]
+fn a_directory_being_removed_can_be_opened_afresh_and_the_cleanup_spares_it() {
+    let _serial = serial();
+    let root = common::tempdir();
+    let state = StateDirectory::new(root.path(), "app").unwrap();
+    let task_dir = state.task_path("0_1").unwrap();
+    let tp = ChangelogPartition::new("app-kv-changelog", 1);
+    {
+        let task = TaskStore::open(&task_dir, StoreOptions::default()).unwrap();
+        task.key_value_store("kv")
+            .unwrap()
+            .put(b"old", b"1")
+            .unwrap();
+        task.commit(&[(tp.clone(), 7)]).unwrap();
+    }
+    let opened = Arc::new(Mutex::new(None));
+    let (out, dir) = (Arc::clone(&opened), task_dir.clone());
+    let tp_new = tp.clone();
+    failpoints::set(points::CLEANUP_BEFORE_DELETE, move || {
+        let result = TaskStore::open(&dir, StoreOptions::default()).map(|task| {
+            let fresh = task.committed_offset(&tp_new);
+            task.key_value_store("kv")
+                .unwrap()
+                .put(b"new", b"2")
+                .unwrap();
+            task.commit(&[(tp_new.clone(), 1)]).unwrap();
+            fresh
+        });
+        *out.lock().unwrap() = Some(result.map_err(|e| e.to_string()));
+        false
+    });
+    let removed = state
+        .clean_unowned(&BTreeSet::new(), Duration::ZERO, SystemTime::now())
+        .unwrap();
+    failpoints::clear();
+    assert_eq!(removed, vec!["0_1".to_owned()]);
+    let opened = opened.lock().unwrap().take().expect("the hook never ran");
+    assert_eq!(opened, Ok(CommittedOffset::Unknown), "no fresh store");
+    let task = TaskStore::open(&task_dir, StoreOptions::default()).unwrap();
+    assert_eq!(task.committed_offset(&tp), CommittedOffset::Known(1));
+    assert_eq!(
+        contents(&task, "kv"),
+        BTreeMap::from([(b"new".to_vec(), b"2".to_vec())])
+    );
+    drop(task);
+    // Only the live task directory is left: no tombstone.
+    let names: Vec<_> = std::fs::read_dir(state.root())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    assert_eq!(names, vec!["0_1".to_owned()]);
 }
