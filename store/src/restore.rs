@@ -225,7 +225,7 @@ impl TaskStore {
         end_offset: i64,
     ) -> Result<ChangelogRestorer> {
         let (kind, mut keyspace, stream_time, mut next_offset, unfinished) = {
-            let state = self.inner.state();
+            let mut state = self.inner.state();
             let entry = state.store(store)?;
             if !entry.staged.kv.is_empty() || !entry.staged.window.is_empty() {
                 return Err(StoreError::StagedWritesPending(store.to_owned()));
@@ -237,13 +237,22 @@ impl TaskStore {
                     reason: "another restorer of the store is open",
                 });
             }
-            (
+            let found = (
                 entry.registration.kind,
                 entry.keyspace.clone(),
                 entry.stream_time,
                 state.offsets.get(&partition).copied(),
                 state.restoring.get(store).cloned(),
-            )
+            );
+            // Registered under the same lock as the check; the restorer's
+            // drop (or the guard, if starting fails) unregisters it.
+            state.restorers.insert(store.to_owned(), partition.clone());
+            found
+        };
+        let mut registered = Registered {
+            task: self,
+            store,
+            armed: true,
         };
         if let (Some(earlier), Some(_)) = (&unfinished, &keyspace) {
             // Part of the records (or all of them, without the final commit)
@@ -322,10 +331,7 @@ impl TaskStore {
             })
             .map_err(|e| StoreError::io(self.path(), e))?;
         tracing::info!(store, partition = %partition, end_offset, path = ?path, "restore started");
-        self.inner
-            .state()
-            .restorers
-            .insert(store.to_owned(), partition.clone());
+        registered.armed = false;
         Ok(ChangelogRestorer {
             task: self.clone(),
             store: store.to_owned(),
@@ -352,6 +358,21 @@ impl TaskStore {
             jobs: Some(jobs),
             worker: Some(worker),
         })
+    }
+}
+
+/// Unregisters a restorer whose start failed.
+struct Registered<'a> {
+    task: &'a TaskStore,
+    store: &'a str,
+    armed: bool,
+}
+
+impl Drop for Registered<'_> {
+    fn drop(&mut self) {
+        if self.armed {
+            self.task.inner.state().restorers.remove(self.store);
+        }
     }
 }
 

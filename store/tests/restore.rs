@@ -528,3 +528,34 @@ fn restore_refuses_staged_writes_and_bad_records() {
         "{err}"
     );
 }
+
+#[test]
+fn a_second_restorer_of_a_store_is_refused_while_the_first_is_open() {
+    let dir = common::tempdir();
+    let tp = ChangelogPartition::new("c", 0);
+    let records = changelog(1_000, 300, 5);
+    let task = TaskStore::open(dir.path(), small_options()).unwrap();
+    task.key_value_store("kv").unwrap();
+    task.key_value_store("other").unwrap();
+    let mut first = task.restorer("kv", tp.clone(), 1_000).unwrap();
+    apply_in_chunks(&mut first, &records[..500]);
+    // Starting over under an open restorer would empty the store it writes.
+    match task.restorer("kv", tp.clone(), 1_000) {
+        Err(StoreError::RestoreInProgress { store, .. }) => assert_eq!(store, "kv"),
+        other => panic!("second restorer: {other:?}"),
+    }
+    // Other stores restore meanwhile.
+    drop(
+        task.restorer("other", ChangelogPartition::new("o", 0), 0)
+            .unwrap(),
+    );
+    drop(first);
+    // The first one never finished: the next starts over from the beginning.
+    assert_eq!(task.committed_offset(&tp), CommittedOffset::Unknown);
+    let mut again = task.restorer("kv", tp.clone(), 1_000).unwrap();
+    assert_eq!(again.path(), RestorePath::SortedRuns);
+    apply_in_chunks(&mut again, &records);
+    again.finish().unwrap();
+    assert_eq!(task.committed_offset(&tp), CommittedOffset::Known(1_000));
+    assert_eq!(contents(&task, "kv"), model(&records));
+}
