@@ -2,6 +2,8 @@
 
 use std::path::PathBuf;
 
+use crate::meta::ChangelogPartition;
+
 /// Result alias used throughout `weir-store`.
 pub type Result<T, E = StoreError> = std::result::Result<T, E>;
 
@@ -151,6 +153,24 @@ pub enum StoreError {
     /// that do not contain them.
     #[error("store {0:?} has staged writes; commit or abort before restoring")]
     StagedWritesPending(String),
+
+    /// A restore of the store from this changelog partition has not finished:
+    /// a bulk restore ([`RestorePath::SortedRuns`](crate::RestorePath::SortedRuns))
+    /// whose `finish` failed or never ran, so the store's contents are not a
+    /// commit and no commit may claim the partition's offset or write into
+    /// the store, or a restorer of the store that is still open. Restoring
+    /// again (a new [`TaskStore::restorer`](crate::TaskStore::restorer)
+    /// starts the bulk path over on an emptied store) and finishing ends it,
+    /// as does reopening the task store, which empties the store.
+    #[error("store {store:?}: restore from {partition} not finished: {reason}")]
+    RestoreInProgress {
+        /// The store.
+        store: String,
+        /// The changelog partition it is restoring from.
+        partition: ChangelogPartition,
+        /// What was refused.
+        reason: &'static str,
+    },
 
     /// The store is still referenced by handles (so it cannot be wiped).
     #[error("task store {0} is still in use by store handles or a restorer")]

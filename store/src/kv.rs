@@ -9,14 +9,13 @@ use fjall::Keyspace;
 use crate::error::{Result, StoreError};
 use crate::merge::MergedEntries;
 use crate::meta::StoreKind;
-use crate::task_store::{TaskInner, TaskStore};
+use crate::task_store::{StoreEntry, TaskInner, TaskStore};
 
 /// A key-value store of one task. Cheap to clone; all clones share the task's staging.
 #[derive(Clone)]
 pub struct KeyValueStore {
     task: Arc<TaskInner>,
     name: Arc<str>,
-    keyspace: Keyspace,
     path: Arc<PathBuf>,
 }
 
@@ -46,17 +45,9 @@ impl TaskStore {
         serdes: Option<(&str, &str)>,
     ) -> Result<KeyValueStore> {
         self.register(name, StoreKind::KeyValue, serdes)?;
-        let keyspace = self
-            .inner
-            .state()
-            .store(name)?
-            .keyspace
-            .clone()
-            .ok_or_else(|| StoreError::UnknownStore(name.to_owned()))?;
         Ok(KeyValueStore {
             task: Arc::clone(&self.inner),
             name: Arc::from(name),
-            keyspace,
             path: Arc::new(self.inner.path.clone()),
         })
     }
@@ -75,12 +66,13 @@ impl KeyValueStore {
     /// [`StoreError::Engine`] if fjall fails to read.
     pub fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
         let state = self.task.state();
-        if let Some(staged) = state.store(&self.name)?.staged.kv.get(key) {
+        let entry = state.store(&self.name)?;
+        if let Some(staged) = entry.staged.kv.get(key) {
             return Ok(staged.clone());
         }
+        let keyspace = self.keyspace_of(entry)?;
         drop(state);
-        let value = self
-            .keyspace
+        let value = keyspace
             .get(key)
             .map_err(self.task.engine_err("reading a key"))?;
         Ok(value.map(|v| v.to_vec()))
@@ -128,15 +120,16 @@ impl KeyValueStore {
         let from = from.map(<[u8]>::to_vec);
         let to = to.map(<[u8]>::to_vec);
         let state = self.task.state();
-        let staged: Vec<_> = state
-            .store(&self.name)?
+        let entry = state.store(&self.name)?;
+        let keyspace = self.keyspace_of(entry)?;
+        let staged: Vec<_> = entry
             .staged
             .kv
             .range::<Vec<u8>, _>((from.clone(), to.clone()))
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect();
         // Taken under the state lock so no commit slips between the two views.
-        let committed = Some(self.keyspace.range::<Vec<u8>, _>((from, to)));
+        let committed = Some(keyspace.range::<Vec<u8>, _>((from, to)));
         drop(state);
         Ok(MergedEntries::new(
             staged,
@@ -171,13 +164,25 @@ impl KeyValueStore {
     /// An estimate of the number of keys: committed entries as fjall counts them
     /// (overwrites and deletes not yet compacted away make it inexact) plus staged puts.
     pub fn approximate_count(&self) -> u64 {
-        let staged = self
-            .task
-            .state()
-            .store(&self.name)
-            .map(|s| s.staged.kv.values().filter(|v| v.is_some()).count())
-            .unwrap_or(0);
-        (self.keyspace.approximate_len() as u64).saturating_add(staged as u64)
+        let state = self.task.state();
+        let Ok(entry) = state.store(&self.name) else {
+            return 0;
+        };
+        let staged = entry.staged.kv.values().filter(|v| v.is_some()).count();
+        let committed = entry
+            .keyspace
+            .as_ref()
+            .map_or(0, |ks| ks.approximate_len() as u64);
+        committed.saturating_add(staged as u64)
+    }
+
+    /// The store's keyspace, looked up each time: emptying a store (an
+    /// interrupted bulk restore) replaces it with a new one.
+    fn keyspace_of(&self, entry: &StoreEntry) -> Result<Keyspace> {
+        entry
+            .keyspace
+            .clone()
+            .ok_or_else(|| StoreError::UnknownStore(self.name.to_string()))
     }
 }
 

@@ -17,6 +17,13 @@
 mod codec;
 mod directory;
 mod error;
+/// Fault hooks for weir-store's own tests (the `failpoints` feature); not
+/// part of the supported API.
+#[cfg(feature = "failpoints")]
+#[doc(hidden)]
+pub mod failpoints;
+#[cfg(not(feature = "failpoints"))]
+mod failpoints;
 mod kv;
 mod merge;
 mod meta;

@@ -104,6 +104,35 @@ pub(crate) fn restoring_key(store: &str) -> Vec<u8> {
     [RESTORING_PREFIX, store.as_bytes()].concat()
 }
 
+/// The value of a restore marker: the changelog partition being restored
+/// (version 1, the partition as a big-endian i32, the topic). Markers written
+/// before the partition was recorded are empty.
+pub(crate) fn encode_restoring(partition: &ChangelogPartition) -> Vec<u8> {
+    let mut out = vec![1u8];
+    out.extend_from_slice(&partition.partition.to_be_bytes());
+    out.extend_from_slice(partition.topic.as_bytes());
+    out
+}
+
+fn decode_restoring(path: &Path, store: &str, bytes: &[u8]) -> Result<Option<ChangelogPartition>> {
+    let what = format!("restore marker of store {store:?}");
+    let Some((&version, rest)) = bytes.split_first() else {
+        return Ok(None);
+    };
+    if version != 1 || rest.len() < 4 {
+        return Err(StoreError::corrupt(
+            path,
+            format!("{what}: version {version}, {} bytes", rest.len()),
+        ));
+    }
+    let (partition, topic) = rest.split_at(4);
+    let mut p = [0u8; 4];
+    p.copy_from_slice(partition);
+    let topic = String::from_utf8(topic.to_vec())
+        .map_err(|_| StoreError::corrupt(path, format!("{what}: topic not UTF-8")))?;
+    Ok(Some(ChangelogPartition::new(topic, i32::from_be_bytes(p))))
+}
+
 pub(crate) fn encode_registration(reg: &Registration) -> Vec<u8> {
     let mut out = vec![1u8];
     match reg.kind {
@@ -224,7 +253,9 @@ pub(crate) enum MetaEntry {
     Store(String, Registration),
     Offset(ChangelogPartition, i64),
     StreamTime(String, i64),
-    Restoring(String),
+    /// A store with an unfinished bulk restore, and the partition it was
+    /// restoring from (unknown for markers of older builds).
+    Restoring(String, Option<ChangelogPartition>),
 }
 
 pub(crate) fn decode_entry(path: &Path, key: &[u8], value: &[u8]) -> Result<MetaEntry> {
@@ -254,7 +285,9 @@ pub(crate) fn decode_entry(path: &Path, key: &[u8], value: &[u8]) -> Result<Meta
             decode_i64(path, "stream time", value)?,
         ))
     } else if let Some(name) = key.strip_prefix(RESTORING_PREFIX) {
-        Ok(MetaEntry::Restoring(utf8(name)?))
+        let name = utf8(name)?;
+        let partition = decode_restoring(path, &name, value)?;
+        Ok(MetaEntry::Restoring(name, partition))
     } else {
         Err(StoreError::corrupt(
             path,
@@ -296,6 +329,19 @@ mod tests {
         }
         assert!(matches!(
             decode_entry(path, b"offset/\x00", &[0; 8]),
+            Err(StoreError::CorruptMetadata { .. })
+        ));
+        let tp = ChangelogPartition::new("app-kv-changelog", 7);
+        match decode_entry(path, &restoring_key("kv"), &encode_restoring(&tp)) {
+            Ok(MetaEntry::Restoring(name, Some(p))) => assert_eq!((name.as_str(), p), ("kv", tp)),
+            _ => panic!("restore marker does not round-trip"),
+        }
+        assert!(matches!(
+            decode_entry(path, &restoring_key("kv"), b""),
+            Ok(MetaEntry::Restoring(_, None))
+        ));
+        assert!(matches!(
+            decode_entry(path, &restoring_key("kv"), &[1, 0, 0]),
             Err(StoreError::CorruptMetadata { .. })
         ));
         assert!(matches!(

@@ -207,29 +207,65 @@ impl std::fmt::Debug for ChangelogRestorer {
 impl TaskStore {
     /// Starts restoring `store` from `partition`, heading for `end_offset`.
     ///
+    /// If an earlier bulk restore of the store in this process did not finish
+    /// (its `finish` failed, or the restorer was dropped), what it wrote is not
+    /// a commit: the store is emptied and the bulk path starts over, and
+    /// [`committed_offset`](TaskStore::committed_offset) says `Unknown`, so
+    /// the records must be applied from the beginning of the changelog.
+    ///
     /// # Errors
     ///
     /// [`StoreError::UnknownStore`], [`StoreError::StagedWritesPending`] if the
-    /// store has uncommitted writes, or fjall errors.
+    /// store has uncommitted writes, [`StoreError::RestoreInProgress`] if
+    /// another restorer of the store is still open, or fjall errors.
     pub fn restorer(
         &self,
         store: &str,
         partition: ChangelogPartition,
         end_offset: i64,
     ) -> Result<ChangelogRestorer> {
-        let (kind, keyspace, stream_time, next_offset) = {
-            let state = self.inner.state();
+        let (kind, mut keyspace, stream_time, mut next_offset, unfinished) = {
+            let mut state = self.inner.state();
             let entry = state.store(store)?;
             if !entry.staged.kv.is_empty() || !entry.staged.window.is_empty() {
                 return Err(StoreError::StagedWritesPending(store.to_owned()));
             }
-            (
+            if let Some(open) = state.restorers.get(store) {
+                return Err(StoreError::RestoreInProgress {
+                    store: store.to_owned(),
+                    partition: open.clone(),
+                    reason: "another restorer of the store is open",
+                });
+            }
+            let found = (
                 entry.registration.kind,
                 entry.keyspace.clone(),
                 entry.stream_time,
                 state.offsets.get(&partition).copied(),
-            )
+                state.restoring.get(store).cloned(),
+            );
+            // Registered under the same lock as the check; the restorer's
+            // drop (or the guard, if starting fails) unregisters it.
+            state.restorers.insert(store.to_owned(), partition.clone());
+            found
         };
+        let mut registered = Registered {
+            task: self,
+            store,
+            armed: true,
+        };
+        if let (Some(earlier), Some(_)) = (&unfinished, &keyspace) {
+            // Part of the records (or all of them, without the final commit)
+            // may be in the store: start over on an empty one.
+            keyspace = Some(self.inner.replace_with_empty_keyspace(store)?);
+            next_offset = None;
+            tracing::warn!(
+                store,
+                partition = %partition,
+                earlier_partition = %earlier,
+                "an earlier bulk restore did not finish; emptied the store to start over"
+            );
+        }
         let empty = match &keyspace {
             Some(ks) => ks.first_key_value().is_none(),
             None => false,
@@ -241,12 +277,27 @@ impl TaskStore {
         };
         let layout = Layout::for_memory(self.inner.options.restore_memory_bytes);
         let (spill, slabs) = if path == RestorePath::SortedRuns {
-            // From here until `finish` commits, the store claims nothing.
+            // From here until `finish` commits, the store claims nothing, and
+            // the marker names the partition so that every way out (a
+            // restart here, a reopen, a commit) knows whose offset is void.
+            let mut void = vec![meta::offset_key(&partition)];
+            if let Some(earlier) = unfinished.as_ref().filter(|p| **p != partition) {
+                void.push(meta::offset_key(earlier));
+            }
             self.inner.write_meta_now(
-                &[(meta::restoring_key(store), Vec::new())],
-                &[meta::offset_key(&partition)],
+                &[(
+                    meta::restoring_key(store),
+                    meta::encode_restoring(&partition),
+                )],
+                &void,
             )?;
-            self.inner.state().offsets.remove(&partition);
+            let mut state = self.inner.state();
+            state.offsets.remove(&partition);
+            if let Some(earlier) = &unfinished {
+                state.offsets.remove(earlier);
+            }
+            state.restoring.insert(store.to_owned(), partition.clone());
+            drop(state);
             let spill = Spill::create(self.path().join(SPILL_DIR).join(store))?;
             // Two slabs (2 MiB) prepared ahead keep the caller from faulting
             // pages in; in A/B runs they were as fast as sixteen, or a little
@@ -280,6 +331,7 @@ impl TaskStore {
             })
             .map_err(|e| StoreError::io(self.path(), e))?;
         tracing::info!(store, partition = %partition, end_offset, path = ?path, "restore started");
+        registered.armed = false;
         Ok(ChangelogRestorer {
             task: self.clone(),
             store: store.to_owned(),
@@ -306,6 +358,21 @@ impl TaskStore {
             jobs: Some(jobs),
             worker: Some(worker),
         })
+    }
+}
+
+/// Unregisters a restorer whose start failed.
+struct Registered<'a> {
+    task: &'a TaskStore,
+    store: &'a str,
+    armed: bool,
+}
+
+impl Drop for Registered<'_> {
+    fn drop(&mut self) {
+        if self.armed {
+            self.task.inner.state().restorers.remove(self.store);
+        }
     }
 }
 
@@ -491,6 +558,10 @@ impl ChangelogRestorer {
                     "wrote the buckets into the store"
                 );
                 free_in_background(buckets.generation);
+                crate::failpoints::check(
+                    crate::failpoints::points::RESTORE_FINAL_COMMIT,
+                    self.task.path(),
+                )?;
                 let inner = &self.task.inner;
                 let mut batch = inner.db.batch().durability(Some(PersistMode::SyncAll));
                 if let Some(next) = self.progress.next_offset {
@@ -504,8 +575,10 @@ impl ChangelogRestorer {
                 batch
                     .commit()
                     .map_err(inner.engine_err("committing restored offsets"))?;
+                let mut state = inner.state();
+                state.restoring.remove(&self.store);
                 if let Some(next) = self.progress.next_offset {
-                    inner.state().offsets.insert(self.partition.clone(), next);
+                    state.offsets.insert(self.partition.clone(), next);
                 }
             }
         }
@@ -715,8 +788,10 @@ impl ChangelogRestorer {
 impl Drop for ChangelogRestorer {
     fn drop(&mut self) {
         // Lets the worker finish what it was given; an unfinished sorted-run
-        // restore keeps its marker and is discarded at the next open.
+        // restore keeps its marker: the next restorer of the store starts it
+        // over, and the next open discards it.
         let _ = self.join();
+        self.task.inner.state().restorers.remove(&self.store);
     }
 }
 

@@ -430,6 +430,7 @@ pub(crate) fn ingest_generations(
         }
         let wrote = started.elapsed();
         ingestion.finish().map_err(engine("finishing ingestion"))?;
+        crate::failpoints::check(crate::failpoints::points::INGESTED_RANGE, db_path)?;
         tracing::debug!(
             written,
             buckets = range.len(),

@@ -71,6 +71,11 @@ impl StoreEntry {
 pub(crate) struct TaskState {
     pub(crate) stores: BTreeMap<String, StoreEntry>,
     pub(crate) offsets: BTreeMap<ChangelogPartition, i64>,
+    /// Stores whose bulk restore wrote its marker and has not finished, with
+    /// the partition each restores from: their contents are not a commit.
+    pub(crate) restoring: BTreeMap<String, ChangelogPartition>,
+    /// Stores with an open restorer, and the partition it restores from.
+    pub(crate) restorers: BTreeMap<String, ChangelogPartition>,
 }
 
 impl TaskState {
@@ -84,6 +89,32 @@ impl TaskState {
         self.stores
             .get_mut(name)
             .ok_or_else(|| StoreError::UnknownStore(name.to_owned()))
+    }
+
+    /// Refuses a commit that claims the offset of a partition under an
+    /// unfinished bulk restore, or writes into a store under one: the next
+    /// open (or the restore's restart) empties that store, so such a commit
+    /// would claim what the store will not hold.
+    fn check_commit(&self, changelog_offsets: &[(ChangelogPartition, i64)]) -> Result<()> {
+        for (store, partition) in &self.restoring {
+            let reason = if changelog_offsets.iter().any(|(p, _)| p == partition) {
+                "a commit may not claim its offset"
+            } else if self
+                .stores
+                .get(store)
+                .is_some_and(|entry| !entry.staged.is_empty())
+            {
+                "a commit may not write into the store"
+            } else {
+                continue;
+            };
+            return Err(StoreError::RestoreInProgress {
+                store: store.clone(),
+                partition: partition.clone(),
+                reason,
+            });
+        }
+        Ok(())
     }
 }
 
@@ -125,6 +156,30 @@ impl TaskInner {
         self.db
             .keyspace(name, || keyspace_options(&self.options))
             .map_err(self.engine_err("opening a keyspace"))
+    }
+
+    /// Empties a key-value store by dropping its keyspace and creating a new
+    /// one of the same name, and returns the new one.
+    ///
+    /// Not `Keyspace::clear`: fjall journals a clear and replays it at every
+    /// open until that journal is evicted, and the replay drops every table
+    /// of the keyspace, including tables a later bulk ingestion added (an
+    /// ingestion is not journaled). A bulk restore after a clear would thus
+    /// be wiped at the next open, under the offset it committed. A new
+    /// keyspace has a new internal id, which the old journal entries do not
+    /// name.
+    pub(crate) fn replace_with_empty_keyspace(&self, store: &str) -> Result<Keyspace> {
+        // Under the state lock, so no reader takes the old keyspace meanwhile.
+        let mut state = self.state();
+        let entry = state.store_mut(store)?;
+        if let Some(old) = entry.keyspace.take() {
+            self.db
+                .delete_keyspace(old)
+                .map_err(self.engine_err("dropping a store's keyspace to empty it"))?;
+        }
+        let fresh = self.keyspace(&kv_keyspace_name(store))?;
+        entry.keyspace = Some(fresh.clone());
+        Ok(fresh)
     }
 
     /// Writes metadata outside a commit. Only used for facts that do not change
@@ -348,12 +403,16 @@ impl TaskStore {
     ///
     /// # Errors
     ///
-    /// [`StoreError::Engine`] if fjall fails; the staged writes are then kept,
-    /// and the database may refuse further writes (reopen to recover the last
-    /// commit).
+    /// [`StoreError::RestoreInProgress`] if an offset names the partition of
+    /// a bulk restore that has not finished, or a store under such a restore
+    /// has staged writes (nothing is committed); [`StoreError::Engine`] if
+    /// fjall fails. On any error nothing was committed, the staged writes
+    /// are kept, and after an engine error the database may refuse further
+    /// writes (reopen to recover the last commit).
     pub fn commit(&self, changelog_offsets: &[(ChangelogPartition, i64)]) -> Result<()> {
         let inner = &self.inner;
         let mut state = inner.state();
+        state.check_commit(changelog_offsets)?;
         let mut batch = inner
             .db
             .batch()
@@ -430,7 +489,17 @@ impl TaskStore {
         }
         drop(state);
         tracing::debug!(dir = %inner.path.display(), writes, offsets = changelog_offsets.len(), "committed");
-        self.drop_expired_segments()
+        // The commit happened: a segment that cannot be dropped now is not a
+        // failed commit (its windows are invisible anyway) and is dropped by
+        // a later commit, or at the next open.
+        if let Err(error) = self.drop_expired_segments() {
+            tracing::warn!(
+                dir = %inner.path.display(),
+                %error,
+                "committed, but could not drop an expired window segment; retrying at the next commit"
+            );
+        }
+        Ok(())
     }
 
     /// Discards every staged write of every store in this task.
@@ -542,29 +611,52 @@ impl TaskStore {
         Ok(())
     }
 
-    fn discard_interrupted_restores(&self, stores: &[String]) -> Result<()> {
-        for name in stores {
-            let state = self.inner.state();
-            let entry = state.store(name)?;
+    fn discard_interrupted_restores(
+        &self,
+        stores: &[(String, Option<ChangelogPartition>)],
+    ) -> Result<()> {
+        for (name, partition) in stores {
             // A bulk restore writes sorted runs that are not atomic with the
-            // offsets; its marker says the contents are not a commit. Its offset
-            // was removed when it started, so emptying the store makes it equal
-            // to "nothing committed", which is what Unknown tells the runtime.
-            if let Some(ks) = &entry.keyspace {
-                ks.clear()
-                    .map_err(self.inner.engine_err("discarding an interrupted restore"))?;
+            // offsets; its marker says the contents are not a commit. Emptying
+            // the store and dropping its partition's offset make it equal to
+            // "nothing committed", which is what Unknown tells the runtime.
+            // The offset was removed when the restore started, but a retry
+            // in the same process (before this fix) or anything else may have
+            // written it since: an offset never survives its marker.
+            if self.inner.state().store(name)?.keyspace.is_some() {
+                self.inner.replace_with_empty_keyspace(name)?;
+            }
+            let dropped: Vec<ChangelogPartition> = match partition {
+                Some(p) => vec![p.clone()],
+                // A marker of an older build does not say which partition it
+                // restored: no offset of the task can be trusted.
+                None => self.inner.state().offsets.keys().cloned().collect(),
+            };
+            let mut removes = vec![meta::restoring_key(name)];
+            removes.extend(dropped.iter().map(meta::offset_key));
+            self.inner.write_meta_now(&[], &removes)?;
+            let mut state = self.inner.state();
+            for p in &dropped {
+                state.offsets.remove(p);
             }
             drop(state);
-            self.inner
-                .write_meta_now(&[], &[meta::restoring_key(name)])?;
-            tracing::warn!(dir = %self.inner.path.display(), store = %name, "discarded interrupted bulk restore; store must be restored");
+            let dropped: Vec<String> = dropped.iter().map(ToString::to_string).collect();
+            tracing::warn!(
+                dir = %self.inner.path.display(),
+                store = %name,
+                partition = ?partition.as_ref().map(ToString::to_string),
+                dropped_offsets = ?dropped,
+                "discarded interrupted bulk restore; store must be restored"
+            );
         }
         Ok(())
     }
 
     /// Drops window segments whose every window is past retention relative to
     /// the committed stream time. Invisible to readers, who filter by the same
-    /// rule, so it may happen outside a commit.
+    /// rule, so it may happen outside a commit. A segment that cannot be
+    /// dropped stays registered, so the next call tries again; the first
+    /// failure is returned once every segment was tried.
     pub(crate) fn drop_expired_segments(&self) -> Result<()> {
         let mut doomed = Vec::new();
         {
@@ -595,19 +687,32 @@ impl TaskStore {
                 }
             }
         }
+        let mut first_error = None;
         for (name, segment, ks) in doomed {
             tracing::debug!(store = %name, segment, "dropping expired window segment");
-            self.inner
-                .db
-                .delete_keyspace(ks)
-                .map_err(self.inner.engine_err("dropping an expired segment"))?;
+            let dropped =
+                crate::failpoints::check(crate::failpoints::points::DROP_SEGMENT, &self.inner.path)
+                    .and_then(|()| {
+                        self.inner
+                            .db
+                            .delete_keyspace(ks.clone())
+                            .map_err(self.inner.engine_err("dropping an expired segment"))
+                    });
+            if let Err(error) = dropped {
+                tracing::warn!(store = %name, segment, %error, "could not drop an expired window segment");
+                if let Ok(entry) = self.inner.state().store_mut(&name) {
+                    entry.segments.insert(segment, ks);
+                }
+                first_error.get_or_insert(error);
+            }
         }
-        Ok(())
+        first_error.map_or(Ok(()), Err)
     }
 }
 
-/// Reads all metadata into the task state; returns stores with a restore marker.
-fn load_state(inner: &TaskInner) -> Result<Vec<String>> {
+/// Reads all metadata into the task state; returns stores with a restore
+/// marker, and the partition each marker names.
+fn load_state(inner: &TaskInner) -> Result<Vec<(String, Option<ChangelogPartition>)>> {
     let path = &inner.path;
     let mut format = None;
     let mut registrations = Vec::new();
@@ -627,7 +732,7 @@ fn load_state(inner: &TaskInner) -> Result<Vec<String>> {
             MetaEntry::StreamTime(name, t) => {
                 stream_times.insert(name, t);
             }
-            MetaEntry::Restoring(name) => restoring.push(name),
+            MetaEntry::Restoring(name, partition) => restoring.push((name, partition)),
         }
     }
     match format {
@@ -672,7 +777,7 @@ fn load_state(inner: &TaskInner) -> Result<Vec<String>> {
         }
         state.stores.insert(name, entry);
     }
-    for name in &restoring {
+    for (name, _) in &restoring {
         if !state.stores.contains_key(name) {
             return Err(StoreError::corrupt(
                 path,

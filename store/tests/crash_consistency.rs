@@ -4,6 +4,11 @@
 //! store kinds, and the changelog offset naming that commit. Keys written only
 //! by aborted or uncommitted work must never appear.
 //!
+//! A second child runs a bulk restore (sometimes after a first attempt whose
+//! `finish` failed) and is killed inside `finish`, between the key ranges it
+//! ingests or before its final commit: the reopened store must be either the
+//! whole restored state with its offset, or empty with its offset unknown.
+//!
 //! `WEIR_CRASH_TRIALS` raises the number of kills (default 200). Every
 //! `TRIALS_PER_STORE` kills the test starts over with a new store: each reopen
 //! replays fjall's journal, which grows with every commit until memtables
@@ -21,7 +26,11 @@ use std::time::Duration;
 
 mod common;
 
-use weir_store::{ChangelogPartition, CommittedOffset, Durability, StoreOptions, TaskStore};
+use weir_store::failpoints::{self, points};
+use weir_store::{
+    ChangelogPartition, ChangelogRecord, CommittedOffset, Durability, RestorePath, StoreOptions,
+    TaskStore,
+};
 
 const CHILD_ENV: &str = "WEIR_STORE_CRASH_CHILD_DIR";
 const SEED_ENV: &str = "WEIR_STORE_CRASH_SEED";
@@ -334,4 +343,215 @@ fn store_equals_last_commit_after_every_sigkill() {
         "{trials} kills, {commits} commits, {mid_commit_kills} kills after an unacknowledged commit landed"
     );
     assert!(commits > 0);
+}
+
+const RESTORE_CHILD_ENV: &str = "WEIR_STORE_RESTORE_CRASH_CHILD_DIR";
+const RESTORE_RETRY_ENV: &str = "WEIR_STORE_RESTORE_CRASH_RETRY";
+
+type Record = (i64, Vec<u8>, Option<Vec<u8>>);
+
+/// The restored changelog, the same in parent and child: 25,000 records,
+/// about 1.7 MB (above the 1 MiB from which `finish` ingests several key
+/// ranges), with repeated keys and tombstones.
+fn restore_records() -> Vec<Record> {
+    let mut rng = Rng::new(42, 0);
+    (0..25_000)
+        .map(|offset| {
+            let key = format!("key-{:06}", rng.below(12_000)).into_bytes();
+            let value = (rng.below(7) != 0).then(|| format!("value-{offset:060}").into_bytes());
+            (offset, key, value)
+        })
+        .collect()
+}
+
+fn restore_model() -> BTreeMap<Vec<u8>, Vec<u8>> {
+    let mut m = BTreeMap::new();
+    for (_, k, v) in restore_records() {
+        match v {
+            Some(v) => m.insert(k, v),
+            None => m.remove(&k),
+        };
+    }
+    m
+}
+
+fn restore_options() -> StoreOptions {
+    StoreOptions::default()
+        .with_restore_memory_bytes(1 << 20)
+        .with_restore_threads(2)
+}
+
+fn restore_changelog() -> ChangelogPartition {
+    ChangelogPartition::new("crash-restore-changelog", 0)
+}
+
+fn restore_all(task: &TaskStore, records: &[Record]) -> weir_store::ChangelogRestorer {
+    let mut restorer = task
+        .restorer("kv", restore_changelog(), records.len() as i64)
+        .unwrap();
+    for chunk in records.chunks(1_000) {
+        let batch: Vec<ChangelogRecord<'_>> = chunk
+            .iter()
+            .map(|(offset, k, v)| ChangelogRecord {
+                offset: *offset,
+                key: k,
+                value: v.as_deref(),
+            })
+            .collect();
+        restorer.apply(&batch).unwrap();
+    }
+    restorer
+}
+
+/// The restore child: optionally a first attempt whose `finish` fails after
+/// one key range, then a restore whose `finish` says "STEP" after each key
+/// range and before its final commit, and pauses there so that the parent's
+/// kill lands inside `finish`. Never returns.
+fn restore_child(dir: &Path, retry: bool) -> ! {
+    let task = TaskStore::open(dir, restore_options()).unwrap();
+    task.key_value_store("kv").unwrap();
+    let records = restore_records();
+    if retry {
+        let restorer = restore_all(&task, &records);
+        let first = std::sync::atomic::AtomicBool::new(true);
+        failpoints::set(points::INGESTED_RANGE, move || {
+            first.swap(false, std::sync::atomic::Ordering::SeqCst)
+        });
+        assert!(restorer.finish().is_err());
+        failpoints::clear();
+    }
+    let step = || {
+        let mut out = std::io::stdout().lock();
+        writeln!(out, "STEP").unwrap();
+        out.flush().unwrap();
+        drop(out);
+        // Not synchronisation: it keeps the child inside `finish` while the
+        // parent's kill arrives.
+        std::thread::sleep(Duration::from_millis(20));
+        false
+    };
+    failpoints::set(points::INGESTED_RANGE, step);
+    failpoints::set(points::RESTORE_FINAL_COMMIT, step);
+    let restorer = restore_all(&task, &records);
+    let mut out = std::io::stdout();
+    writeln!(out, "FINISHING {:?}", restorer.path()).unwrap();
+    out.flush().unwrap();
+    restorer.finish().unwrap();
+    writeln!(out, "FINISHED").unwrap();
+    out.flush().unwrap();
+    let _ = std::io::stdin().lines().next();
+    std::process::exit(0);
+}
+
+#[test]
+fn restore_crash_child_entry_point() {
+    // Only does something when re-executed by the parent test below.
+    if let Ok(dir) = std::env::var(RESTORE_CHILD_ENV) {
+        let retry = std::env::var(RESTORE_RETRY_ENV).is_ok_and(|v| v == "1");
+        restore_child(Path::new(&dir), retry);
+    }
+}
+
+#[test]
+fn a_bulk_restore_killed_inside_finish_leaves_all_or_nothing() {
+    let trials: u64 = std::env::var("WEIR_RESTORE_CRASH_TRIALS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(12);
+    let seed = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as u64;
+    eprintln!("restore crash test seed {seed}, {trials} trials");
+    let mut rng = Rng::new(seed, 7);
+    let model = restore_model();
+    let end = restore_records().len() as i64;
+    let (mut inside, mut after) = (0u64, 0u64);
+    for trial in 0..trials {
+        let dir = common::tempdir();
+        let retry = trial % 2 == 1;
+        let mut child = Command::new(std::env::current_exe().unwrap())
+            .args([
+                "restore_crash_child_entry_point",
+                "--exact",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env(RESTORE_CHILD_ENV, dir.path())
+            .env(RESTORE_RETRY_ENV, if retry { "1" } else { "0" })
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let stdin = child.stdin.take().unwrap();
+        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        // Kill after this many steps inside `finish` (0: as soon as it
+        // starts); a number past the last step kills after `finish` returned.
+        let steps_wanted = rng.below(12);
+        let (mut steps, mut finishing, mut finished) = (0, None, false);
+        for line in lines.by_ref() {
+            let line = line.unwrap();
+            if let Some((_, path)) = line.split_once("FINISHING ") {
+                finishing = Some(path.to_owned());
+            } else if line.ends_with("STEP") {
+                steps += 1;
+            } else if line.ends_with("FINISHED") {
+                finished = true;
+            } else {
+                continue;
+            }
+            if finished || (finishing.is_some() && steps >= steps_wanted) {
+                break;
+            }
+        }
+        std::thread::sleep(Duration::from_micros(rng.below(3_000)));
+        child.kill().unwrap();
+        child.wait().unwrap();
+        drop(stdin);
+        for line in lines {
+            finished |= line.unwrap().ends_with("FINISHED");
+        }
+        let path = finishing.unwrap_or_else(|| panic!("trial {trial}: child never finished"));
+
+        let task = TaskStore::open(dir.path(), restore_options()).unwrap();
+        let got: BTreeMap<_, _> = task
+            .key_value_store("kv")
+            .unwrap()
+            .iter()
+            .unwrap()
+            .map(Result::unwrap)
+            .collect();
+        match task.committed_offset(&restore_changelog()) {
+            CommittedOffset::Known(n) => {
+                assert_eq!(n, end, "trial {trial} (retry {retry}): offset");
+                assert!(
+                    got == model,
+                    "trial {trial} (retry {retry}): store claims {n} but holds {} of {} keys",
+                    got.len(),
+                    model.len()
+                );
+                after += 1;
+            }
+            CommittedOffset::Unknown => {
+                assert!(
+                    !finished,
+                    "trial {trial} (retry {retry}): a finished restore lost its offset"
+                );
+                assert!(
+                    got.is_empty(),
+                    "trial {trial} (retry {retry}): {} keys visible without an offset",
+                    got.len()
+                );
+                inside += 1;
+            }
+        }
+        assert_eq!(
+            path,
+            format!("{:?}", RestorePath::SortedRuns),
+            "trial {trial} (retry {retry}): the restore did not take the bulk path"
+        );
+    }
+    eprintln!("{trials} kills: {inside} inside finish, {after} after its commit");
+    assert!(inside > 0, "no kill landed inside finish");
 }

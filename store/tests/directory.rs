@@ -9,7 +9,7 @@ mod common;
 use std::collections::BTreeSet;
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
 use weir_store::{StateDirectory, StoreError, StoreOptions, TaskDirLock, TaskStore};
 
@@ -87,30 +87,68 @@ fn a_lock_held_by_a_killed_process_is_taken_over() {
     assert_eq!(recorded.trim(), std::process::id().to_string());
 }
 
+/// Idleness is measured in real time from the last release by an owner: a
+/// scan that finds a directory not idle enough must not restart its idle
+/// clock (m8), so a scan at half the delay and one past it remove it.
 #[test]
 fn cleanup_removes_only_idle_unowned_unlocked_task_directories() {
+    let delay = Duration::from_millis(400);
     let root = common::tempdir();
     let state = StateDirectory::new(root.path(), "app").unwrap();
     for task in ["0_0", "0_1", "0_2"] {
         drop(TaskStore::open(state.task_path(task).unwrap(), StoreOptions::default()).unwrap());
     }
+    // Every owner released before this instant.
+    let released = Instant::now();
     let busy = TaskStore::open(state.task_path("0_2").unwrap(), StoreOptions::default()).unwrap();
     let owned: BTreeSet<String> = ["0_0".to_owned()].into();
-    let later = SystemTime::now() + Duration::from_secs(3600);
 
-    // Not idle long enough: nothing goes.
-    let removed = state
-        .clean_unowned(&owned, Duration::from_secs(7200), later)
+    // Half the delay later: not idle long enough, nothing goes.
+    std::thread::sleep(delay / 2);
+    let early = state
+        .clean_unowned(&owned, delay, SystemTime::now())
         .unwrap();
-    assert!(removed.is_empty());
-    // Idle long enough: the unowned, unlocked one goes; owned and locked ones stay.
-    let removed = state
-        .clean_unowned(&owned, Duration::from_secs(600), later)
+    let scanned_early = released.elapsed();
+    if scanned_early < delay {
+        assert!(
+            early.is_empty(),
+            "removed after {scanned_early:?}: {early:?}"
+        );
+    }
+    // Past the delay (the sleep lets wall-clock time pass; it orders nothing):
+    // the unowned, unlocked one goes, the owned and the locked ones stay.
+    std::thread::sleep((delay * 11 / 10).saturating_sub(released.elapsed()));
+    let late = state
+        .clean_unowned(&owned, delay, SystemTime::now())
         .unwrap();
+    let removed: Vec<_> = early.into_iter().chain(late).collect();
     assert_eq!(removed, vec!["0_1".to_owned()]);
     assert_eq!(
         state.task_ids().unwrap(),
         vec!["0_0".to_owned(), "0_2".to_owned()]
     );
     drop(busy);
+}
+
+/// m9: a cleanup renames a directory to a tombstone before deleting it; one
+/// left behind by a process that died meanwhile is no task, and the next scan
+/// deletes it.
+#[test]
+fn tombstones_left_by_an_interrupted_cleanup_are_not_tasks_and_are_deleted() {
+    let root = common::tempdir();
+    let state = StateDirectory::new(root.path(), "app").unwrap();
+    drop(TaskStore::open(state.task_path("0_0").unwrap(), StoreOptions::default()).unwrap());
+    let tombstone = state.root().join(".0_1.deleting-4242-0");
+    std::fs::create_dir_all(tombstone.join("db")).unwrap();
+    std::fs::write(tombstone.join("db").join("version"), b"x").unwrap();
+    std::fs::write(tombstone.join(".lock"), b"4242").unwrap();
+    assert_eq!(state.task_ids().unwrap(), vec!["0_0".to_owned()]);
+    assert!(state.task_path(".0_1.deleting-4242-0").is_err());
+    let owned: BTreeSet<String> = ["0_0".to_owned()].into();
+    let removed = state
+        .clean_unowned(&owned, Duration::from_secs(3600), SystemTime::now())
+        .unwrap();
+    assert!(removed.is_empty(), "{removed:?}");
+    assert!(!tombstone.exists(), "tombstone left behind");
+    assert_eq!(state.task_ids().unwrap(), vec!["0_0".to_owned()]);
 }

@@ -169,6 +169,59 @@ fn an_interrupted_bulk_restore_is_discarded_at_open_and_reports_unknown() {
     apply_in_chunks(&mut restorer, &records);
     restorer.finish().unwrap();
     assert_eq!(contents(&task, "kv"), model(&records));
+    // And the restored store survives the next open: discarding the
+    // interrupted restore must not undo the ingestion that followed it.
+    drop(task);
+    let task = TaskStore::open(dir.path(), small_options()).unwrap();
+    assert_eq!(task.committed_offset(&tp), CommittedOffset::Known(4_000));
+    assert_eq!(contents(&task, "kv").len(), model(&records).len());
+    assert_eq!(contents(&task, "kv"), model(&records));
+}
+
+/// C2 without a fault: a bulk restore dropped unfinished leaves its marker, so
+/// a commit that claims the restored partition's offset must be refused (the
+/// next open empties the store), and no reopen may show that offset.
+#[test]
+fn a_commit_claiming_a_partition_under_bulk_restore_is_refused() {
+    let dir = common::tempdir();
+    let tp = ChangelogPartition::new("app-kv-changelog", 0);
+    let other = ChangelogPartition::new("app-other-changelog", 0);
+    let records = changelog(2_000, 2_000, 9);
+    {
+        let task = TaskStore::open(dir.path(), small_options()).unwrap();
+        let kv = task.key_value_store("kv").unwrap();
+        let mut restorer = task.restorer("kv", tp.clone(), 2_000).unwrap();
+        assert_eq!(restorer.path(), RestorePath::SortedRuns);
+        apply_in_chunks(&mut restorer, &records[..1_000]);
+        drop(restorer);
+        kv.put(b"k", b"v").unwrap();
+        match task.commit(&[(tp.clone(), 1)]) {
+            Err(StoreError::RestoreInProgress {
+                store, partition, ..
+            }) => assert_eq!((store.as_str(), &partition), ("kv", &tp)),
+            other => panic!("commit over an unfinished restore: {other:?}"),
+        }
+        // Writes into the store are refused as well, with no offset claimed.
+        assert!(matches!(
+            task.commit(&[]),
+            Err(StoreError::RestoreInProgress { .. })
+        ));
+        assert_eq!(task.committed_offset(&tp), CommittedOffset::Unknown);
+        // Other partitions still commit once the store's writes are dropped.
+        task.abort();
+        task.commit(&[(other.clone(), 5)]).unwrap();
+    }
+    let task = TaskStore::open(dir.path(), small_options()).unwrap();
+    assert_eq!(task.committed_offset(&tp), CommittedOffset::Unknown);
+    assert_eq!(task.committed_offset(&other), CommittedOffset::Known(5));
+    assert!(contents(&task, "kv").is_empty());
+    // The restore runs again, over the bulk path, and commits.
+    let mut restorer = task.restorer("kv", tp.clone(), 2_000).unwrap();
+    assert_eq!(restorer.path(), RestorePath::SortedRuns);
+    apply_in_chunks(&mut restorer, &records);
+    restorer.finish().unwrap();
+    task.commit(&[(tp.clone(), 2_000)]).unwrap();
+    assert_eq!(contents(&task, "kv"), model(&records));
 }
 
 #[test]
@@ -474,4 +527,35 @@ fn restore_refuses_staged_writes_and_bad_records() {
         matches!(err, StoreError::BadChangelogRecord { .. }),
         "{err}"
     );
+}
+
+#[test]
+fn a_second_restorer_of_a_store_is_refused_while_the_first_is_open() {
+    let dir = common::tempdir();
+    let tp = ChangelogPartition::new("c", 0);
+    let records = changelog(1_000, 300, 5);
+    let task = TaskStore::open(dir.path(), small_options()).unwrap();
+    task.key_value_store("kv").unwrap();
+    task.key_value_store("other").unwrap();
+    let mut first = task.restorer("kv", tp.clone(), 1_000).unwrap();
+    apply_in_chunks(&mut first, &records[..500]);
+    // Starting over under an open restorer would empty the store it writes.
+    match task.restorer("kv", tp.clone(), 1_000) {
+        Err(StoreError::RestoreInProgress { store, .. }) => assert_eq!(store, "kv"),
+        other => panic!("second restorer: {other:?}"),
+    }
+    // Other stores restore meanwhile.
+    drop(
+        task.restorer("other", ChangelogPartition::new("o", 0), 0)
+            .unwrap(),
+    );
+    drop(first);
+    // The first one never finished: the next starts over from the beginning.
+    assert_eq!(task.committed_offset(&tp), CommittedOffset::Unknown);
+    let mut again = task.restorer("kv", tp.clone(), 1_000).unwrap();
+    assert_eq!(again.path(), RestorePath::SortedRuns);
+    apply_in_chunks(&mut again, &records);
+    again.finish().unwrap();
+    assert_eq!(task.committed_offset(&tp), CommittedOffset::Known(1_000));
+    assert_eq!(contents(&task, "kv"), model(&records));
 }
