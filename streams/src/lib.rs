@@ -10,15 +10,19 @@
 //! - [`state`]: typed store handles that stage writes and log them.
 //! - [`testing`]: [`testing::TopologyTestDriver`], to test a topology with no broker.
 
+pub mod config;
 pub mod error;
 pub mod processor;
 pub mod record;
+pub mod runtime;
 pub mod serde;
 pub mod state;
 pub mod task;
 pub mod testing;
 pub mod topology;
 
+pub use config::StreamsConfig;
 pub use error::{ProcessError, Result, SerdeError, StreamsError};
 pub use record::Record;
+pub use runtime::{KafkaStreams, State};
 pub use topology::{Topology, TopologyBuilder};

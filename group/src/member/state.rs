@@ -126,4 +126,21 @@ impl Lease {
             .filter(|until| Instant::now() < *until)
             .map(|_| id.generation)
     }
+
+    /// The group metadata a commit for the leased partitions must carry
+    /// (generation, member id, instance id), read under one lock with the
+    /// deadline; `None` once the lease has ended. A writer that commits with
+    /// this never sends the "no generation" sentinel the coordinator does not
+    /// check (NOTES.md §3).
+    pub fn metadata(&self) -> Option<GroupMetadata> {
+        let id = self.shared.lock();
+        let valid = id.lease_until.is_some_and(|until| Instant::now() < until)
+            && id.generation != NO_GENERATION;
+        valid.then(|| GroupMetadata {
+            group_id: self.shared.group_id.clone(),
+            generation: id.generation,
+            member_id: id.member_id.clone(),
+            instance_id: self.shared.instance_id.clone(),
+        })
+    }
 }

@@ -1,0 +1,380 @@
+//! [`StreamsConfig`]: Kafka Streams' property names, typed.
+//!
+//! ```
+//! use weir_streams::config::{ProcessingGuarantee, StreamsConfig};
+//! let config = StreamsConfig::from_properties(&[
+//!     ("application.id", "wordcount"),
+//!     ("bootstrap.servers", "127.0.0.1:9092"),
+//!     ("processing.guarantee", "exactly_once_v2"),
+//!     ("num.stream.threads", "2"),
+//!     ("fetch.max.wait.ms", "100"), // a consumer property, passed through
+//! ]).unwrap();
+//! assert_eq!(config.guarantee, ProcessingGuarantee::ExactlyOnceV2);
+//! assert_eq!(config.commit_interval.as_millis(), 100); // the EOS default
+//! assert!(StreamsConfig::from_properties(&[("application.id", "a"), ("no.such.key", "1")]).is_err());
+//! ```
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use weir_client::config::consumer::ConsumerOptions;
+use weir_client::config::producer::ProducerOptions;
+use weir_client::config::{ClientConfig, parse_choice, parse_millis, parse_number};
+use weir_client::connection::Dialer;
+
+use crate::error::{Result, StreamsError};
+
+/// `processing.guarantee`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProcessingGuarantee {
+    /// `at_least_once` (the default): outputs may repeat after a failure.
+    /// Weir still fences each stateful task's changelog with its own
+    /// transactional id, so stores are exact.
+    AtLeastOnce,
+    /// `exactly_once_v2`: one transaction per stream thread covers outputs,
+    /// changelogs and input offsets.
+    ExactlyOnceV2,
+}
+
+/// What to do with a record whose bytes do not decode
+/// (`default.deserialization.exception.handler`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DeserializationHandling {
+    /// Log it and go on (`LogAndContinueExceptionHandler`, Weir's default).
+    LogAndContinue,
+    /// Stop the thread with the error (`LogAndFailExceptionHandler`).
+    LogAndFail,
+}
+
+/// What a stream thread does after a processing error
+/// (`processing.exception.handler`, Kafka Streams' uncaught exception
+/// handler's choices).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProcessingErrorHandling {
+    /// Abort the uncommitted work, and start the thread's tasks again from
+    /// their last commit (Kafka's `REPLACE_THREAD`; the default).
+    ReplaceThread,
+    /// Abort the uncommitted work and stop the instance in `ERROR`
+    /// (`SHUTDOWN_CLIENT`).
+    ShutdownClient,
+}
+
+/// The configuration of a streams application.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct StreamsConfig {
+    /// `application.id`: the consumer group, the prefix of internal topics
+    /// and of the state directory.
+    pub application_id: String,
+    /// `num.stream.threads` (default 1).
+    pub threads: usize,
+    /// `processing.guarantee`.
+    pub guarantee: ProcessingGuarantee,
+    /// `commit.interval.ms` (30 s at-least-once, 100 ms exactly-once).
+    pub commit_interval: Duration,
+    /// `state.dir` (default `<temp>/weir-streams`).
+    pub state_dir: PathBuf,
+    /// `num.standby.replicas`.
+    pub standby_replicas: u32,
+    /// `group.instance.id`: static membership of this instance.
+    pub instance_id: Option<String>,
+    /// `session.timeout.ms` (default 10 s).
+    pub session_timeout: Duration,
+    /// `heartbeat.interval.ms` (default 1 s).
+    pub heartbeat_interval: Duration,
+    /// `max.poll.interval.ms` (default 300 s).
+    pub max_poll_interval: Duration,
+    /// `transaction.timeout.ms`: 10 s under exactly-once (as Kafka Streams);
+    /// under at-least-once, where a task's changelog transaction stays open
+    /// for a commit interval, the commit interval plus 30 s. See
+    /// [`transaction_timeout`](Self::transaction_timeout).
+    pub transaction_timeout: Option<Duration>,
+    /// `default.deserialization.exception.handler`.
+    pub deserialization: DeserializationHandling,
+    /// `processing.exception.handler`.
+    pub processing_errors: ProcessingErrorHandling,
+    /// `poll.ms`: how long a thread waits for records (default 100 ms).
+    pub poll: Duration,
+    /// Client properties (`bootstrap.servers`, security, timeouts, `client.id`).
+    pub client: ClientConfig,
+    /// Consumer properties (`fetch.max.wait.ms`, ...); the runtime sets the
+    /// isolation level itself.
+    pub consumer: ConsumerOptions,
+    /// Producer properties (`linger.ms`, `compression.type`, ...).
+    pub producer: ProducerOptions,
+    commit_interval_set: bool,
+}
+
+/// The properties this config reads itself; the rest go to the client,
+/// consumer or producer config, and an unknown one is an error.
+pub const KEYS: &[&str] = &[
+    "application.id",
+    "num.stream.threads",
+    "processing.guarantee",
+    "commit.interval.ms",
+    "state.dir",
+    "num.standby.replicas",
+    "group.instance.id",
+    "session.timeout.ms",
+    "heartbeat.interval.ms",
+    "max.poll.interval.ms",
+    "transaction.timeout.ms",
+    "default.deserialization.exception.handler",
+    "processing.exception.handler",
+    "poll.ms",
+];
+
+fn invalid(property: &str, reason: impl Into<String>) -> StreamsError {
+    StreamsError::InvalidConfig {
+        property: property.to_owned(),
+        reason: reason.into(),
+    }
+}
+
+fn from_client(key: &str, e: weir_client::ClientError) -> StreamsError {
+    invalid(key, e.to_string())
+}
+
+impl StreamsConfig {
+    /// A config for `application_id` with every default.
+    pub fn new(application_id: impl Into<String>) -> Self {
+        let mut consumer = ConsumerOptions::default();
+        // Streams reads from the start of a partition without a committed
+        // offset, as Kafka Streams does.
+        consumer.auto_offset_reset = weir_client::config::consumer::AutoOffsetReset::Earliest;
+        StreamsConfig {
+            application_id: application_id.into(),
+            threads: 1,
+            guarantee: ProcessingGuarantee::AtLeastOnce,
+            commit_interval: Duration::from_secs(30),
+            state_dir: std::env::temp_dir().join("weir-streams"),
+            standby_replicas: 0,
+            instance_id: None,
+            session_timeout: Duration::from_secs(10),
+            heartbeat_interval: Duration::from_secs(1),
+            max_poll_interval: Duration::from_secs(300),
+            transaction_timeout: None,
+            deserialization: DeserializationHandling::LogAndContinue,
+            processing_errors: ProcessingErrorHandling::ReplaceThread,
+            poll: Duration::from_millis(100),
+            client: ClientConfig::default(),
+            consumer,
+            producer: ProducerOptions::default(),
+            commit_interval_set: false,
+        }
+    }
+
+    /// Reads Kafka Streams' properties; client, consumer and producer
+    /// properties are passed through (optionally prefixed `consumer.`,
+    /// `producer.`, as in Kafka Streams).
+    ///
+    /// # Errors
+    ///
+    /// [`StreamsError::InvalidConfig`] naming an unknown property or a bad
+    /// value, or a missing `application.id`.
+    pub fn from_properties(props: &[(&str, &str)]) -> Result<Self> {
+        let app = props
+            .iter()
+            .rev()
+            .find(|(k, _)| *k == "application.id")
+            .map(|(_, v)| *v)
+            .ok_or_else(|| invalid("application.id", "required"))?;
+        let mut config = StreamsConfig::new(app);
+        for (k, v) in props {
+            config.set(k, v)?;
+        }
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// Sets one property.
+    ///
+    /// # Errors
+    ///
+    /// As [`from_properties`](Self::from_properties).
+    pub fn set(&mut self, key: &str, value: &str) -> Result<&mut Self> {
+        let millis = |k: &str, v: &str| parse_millis(k, v).map_err(|e| from_client(k, e));
+        match key {
+            "application.id" => {
+                if value.is_empty()
+                    || !value
+                        .chars()
+                        .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
+                {
+                    return Err(invalid(key, "must be non-empty [a-zA-Z0-9._-]"));
+                }
+                self.application_id = value.to_owned();
+            }
+            "num.stream.threads" => {
+                self.threads =
+                    parse_number(key, value, 1usize, 1024).map_err(|e| from_client(key, e))?
+            }
+            "processing.guarantee" => {
+                self.guarantee = parse_choice(
+                    key,
+                    value,
+                    &[
+                        ("at_least_once", ProcessingGuarantee::AtLeastOnce),
+                        ("exactly_once_v2", ProcessingGuarantee::ExactlyOnceV2),
+                    ],
+                )
+                .map_err(|e| from_client(key, e))?;
+                if !self.commit_interval_set {
+                    self.commit_interval = match self.guarantee {
+                        ProcessingGuarantee::AtLeastOnce => Duration::from_secs(30),
+                        ProcessingGuarantee::ExactlyOnceV2 => Duration::from_millis(100),
+                    };
+                }
+            }
+            "commit.interval.ms" => {
+                self.commit_interval = millis(key, value)?;
+                self.commit_interval_set = true;
+            }
+            "state.dir" => self.state_dir = PathBuf::from(value),
+            "num.standby.replicas" => {
+                self.standby_replicas =
+                    parse_number(key, value, 0u32, 16).map_err(|e| from_client(key, e))?
+            }
+            "group.instance.id" => self.instance_id = Some(value.to_owned()),
+            "session.timeout.ms" => self.session_timeout = millis(key, value)?,
+            "heartbeat.interval.ms" => self.heartbeat_interval = millis(key, value)?,
+            "max.poll.interval.ms" => self.max_poll_interval = millis(key, value)?,
+            "transaction.timeout.ms" => self.transaction_timeout = Some(millis(key, value)?),
+            "poll.ms" => self.poll = millis(key, value)?,
+            "default.deserialization.exception.handler" => {
+                self.deserialization = parse_choice(
+                    key,
+                    value,
+                    &[
+                        (
+                            "LogAndContinueExceptionHandler",
+                            DeserializationHandling::LogAndContinue,
+                        ),
+                        ("log_and_continue", DeserializationHandling::LogAndContinue),
+                        (
+                            "LogAndFailExceptionHandler",
+                            DeserializationHandling::LogAndFail,
+                        ),
+                        ("log_and_fail", DeserializationHandling::LogAndFail),
+                    ],
+                )
+                .map_err(|e| from_client(key, e))?
+            }
+            "processing.exception.handler" => {
+                self.processing_errors = parse_choice(
+                    key,
+                    value,
+                    &[
+                        ("replace_thread", ProcessingErrorHandling::ReplaceThread),
+                        ("shutdown_client", ProcessingErrorHandling::ShutdownClient),
+                    ],
+                )
+                .map_err(|e| from_client(key, e))?
+            }
+            _ => self.pass_through(key, value)?,
+        }
+        Ok(self)
+    }
+
+    fn pass_through(&mut self, key: &str, value: &str) -> Result<()> {
+        if let Some(k) = key.strip_prefix("consumer.") {
+            return match self
+                .consumer
+                .apply(k, value)
+                .map_err(|e| from_client(key, e))?
+            {
+                true => Ok(()),
+                false => Err(invalid(key, "not a consumer property")),
+            };
+        }
+        if let Some(k) = key.strip_prefix("producer.") {
+            return match self
+                .producer
+                .apply(k, value)
+                .map_err(|e| from_client(key, e))?
+            {
+                true => Ok(()),
+                false => Err(invalid(key, "not a producer property")),
+            };
+        }
+        if matches!(
+            key,
+            "isolation.level" | "enable.auto.commit" | "transactional.id"
+        ) {
+            return Err(invalid(
+                key,
+                "set by the runtime from processing.guarantee; remove it",
+            ));
+        }
+        // A key both sides know (client.id) goes to the client only.
+        if self
+            .client
+            .apply(key, value)
+            .map_err(|e| from_client(key, e))?
+        {
+            return Ok(());
+        }
+        let consumer = self
+            .consumer
+            .apply(key, value)
+            .map_err(|e| from_client(key, e))?;
+        let producer = self
+            .producer
+            .apply(key, value)
+            .map_err(|e| from_client(key, e))?;
+        if consumer || producer {
+            return Ok(());
+        }
+        Err(invalid(
+            key,
+            "unknown: not a Streams, client, consumer or producer property",
+        ))
+    }
+
+    /// Sets the dialer every connection goes through (in-memory streams in
+    /// tests).
+    pub fn with_dialer(mut self, dialer: Dialer) -> Self {
+        self.client.dialer = Some(dialer);
+        self
+    }
+
+    /// The transaction timeout in effect (see the field).
+    pub fn transaction_timeout(&self) -> Duration {
+        self.transaction_timeout.unwrap_or(match self.guarantee {
+            ProcessingGuarantee::ExactlyOnceV2 => Duration::from_secs(10),
+            ProcessingGuarantee::AtLeastOnce => self.commit_interval + Duration::from_secs(30),
+        })
+    }
+
+    /// Checks that the settings fit together.
+    ///
+    /// # Errors
+    ///
+    /// [`StreamsError::InvalidConfig`] naming the property at fault.
+    pub fn validate(&self) -> Result<()> {
+        if self.client.bootstrap_servers.is_empty() {
+            return Err(invalid("bootstrap.servers", "required"));
+        }
+        if self.standby_replicas > 0 {
+            return Err(invalid(
+                "num.standby.replicas",
+                "standby replicas are not implemented yet (weir-streams high availability); use 0",
+            ));
+        }
+        if self.heartbeat_interval >= self.session_timeout {
+            return Err(invalid(
+                "heartbeat.interval.ms",
+                "must be less than session.timeout.ms",
+            ));
+        }
+        if self.transaction_timeout() <= self.commit_interval {
+            return Err(invalid(
+                "transaction.timeout.ms",
+                "must be longer than commit.interval.ms: a transaction stays open for one interval",
+            ));
+        }
+        self.client
+            .validate()
+            .map_err(|e| invalid("client", e.to_string()))
+    }
+}

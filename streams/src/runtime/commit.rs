@@ -1,0 +1,242 @@
+//! The commit: the one place each processing guarantee lives.
+//!
+//! **At-least-once** (`commit_alos`). Outputs and repartition records go
+//! through the worker's idempotent producer and are acknowledged first, so
+//! no input offset is committed before what it produced is durable. Each
+//! stateful task then commits through its own *fence*, a transactional
+//! producer with the id `<application.id>-task-<task>`: its changelog
+//! records and its input offsets are one Kafka transaction. A new owner's
+//! `InitProducerId` on that id bumps the epoch, aborts the old owner's open
+//! transaction and makes the broker refuse its every later changelog write,
+//! so a zombie can never corrupt state (Kafka Streams' KAFKA-12693) and
+//! state is exact even under at-least-once; only outputs may repeat.
+//!
+//! **Exactly-once v2** (`commit_eos`). One transaction per worker holds
+//! outputs, repartition records, changelogs and the input offsets, sent with
+//! the group metadata so the coordinator refuses a zombie's offsets
+//! (KIP-447).
+//!
+//! **Both.** A store's staged writes reach disk only in `TaskStore::commit`,
+//! which runs after the Kafka transaction committed and writes the data with
+//! the changelog offsets it matches in one atomic batch. An aborted
+//! transaction's writes are dropped with `TaskStore::abort` and never reach
+//! the store (Kafka Streams' KAFKA-9891). A crash between the Kafka commit and
+//! the store commit leaves the store behind its changelog, never ahead: the
+//! next start restores the tail.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::pin::Pin;
+
+use weir_client::consumer::TopicPartition;
+use weir_client::producer::{Producer, RecordMetadata};
+use weir_client::transaction::{GroupMetadata, TransactionalProducer};
+use weir_store::{ChangelogPartition, TaskStore};
+
+use super::Runtime;
+use crate::error::{Result, StreamsError};
+use crate::task::{StreamTask, TaskId};
+
+/// The outcome of one record sent.
+pub(crate) type Ack = Pin<Box<dyn Future<Output = weir_client::Result<RecordMetadata>> + Send>>;
+
+/// A task a worker runs.
+pub(crate) struct Active {
+    pub(crate) task: StreamTask,
+    pub(crate) store: Option<TaskStore>,
+    pub(crate) inputs: Vec<TopicPartition>,
+    /// At-least-once, stateful tasks: the task's changelog fence.
+    pub(crate) fence: Option<TransactionalProducer>,
+    pub(crate) changelog_acks: Vec<Ack>,
+    /// Something was processed since the last commit.
+    pub(crate) dirty: bool,
+}
+
+/// How a worker writes.
+pub(crate) enum Producers {
+    AtLeastOnce(Producer),
+    ExactlyOnce(Box<TransactionalProducer>),
+}
+
+fn migrated(task: impl std::fmt::Display, reason: impl Into<String>) -> StreamsError {
+    StreamsError::TaskMigrated {
+        task: task.to_string(),
+        reason: reason.into(),
+    }
+}
+
+/// The metadata commits carry: the lease's generation and member id, or
+/// `None` once the lease ended (then nothing may be committed).
+pub(crate) fn group_metadata(rt: &Runtime) -> Option<GroupMetadata> {
+    rt.lease.metadata().map(|m| GroupMetadata {
+        group_id: m.group_id,
+        generation_id: m.generation,
+        member_id: m.member_id,
+        group_instance_id: m.instance_id,
+    })
+}
+
+/// Waits for the changelog records' acks and returns, per changelog
+/// partition, the offset after the last record written.
+async fn changelog_offsets(
+    task: TaskId,
+    acks: Vec<Ack>,
+) -> Result<BTreeMap<ChangelogPartition, i64>> {
+    let mut offsets: BTreeMap<ChangelogPartition, i64> = BTreeMap::new();
+    for ack in acks {
+        let meta = ack
+            .await
+            .map_err(|e| StreamsError::client(format!("task {task}: writing the changelog"), e))?;
+        let next = offsets
+            .entry(ChangelogPartition::new(meta.topic, meta.partition))
+            .or_insert(0);
+        *next = (*next).max(meta.offset + 1);
+    }
+    Ok(offsets)
+}
+
+fn input_offsets(task: &Active) -> BTreeMap<TopicPartition, i64> {
+    let partition = i32::try_from(task.task.id().partition).unwrap_or(i32::MAX);
+    task.task
+        .consumed_offsets()
+        .iter()
+        .map(|(topic, offset)| (TopicPartition::new(topic.clone(), partition), *offset))
+        .collect()
+}
+
+/// Applies a task's staged writes with the changelog offsets they match (and
+/// the input offsets, for `weir store offsets`) in one atomic batch.
+async fn commit_store(
+    id: TaskId,
+    store: &TaskStore,
+    changelog: BTreeMap<ChangelogPartition, i64>,
+    inputs: &BTreeMap<TopicPartition, i64>,
+) -> Result<()> {
+    let mut offsets: Vec<(ChangelogPartition, i64)> = changelog.into_iter().collect();
+    offsets.extend(
+        inputs
+            .iter()
+            .map(|(tp, o)| (ChangelogPartition::new(tp.topic.clone(), tp.partition), *o)),
+    );
+    let store = store.clone();
+    tokio::task::spawn_blocking(move || store.commit(&offsets))
+        .await
+        .map_err(|e| StreamsError::NotRunning(format!("task {id}: store commit: {e}")))?
+        .map_err(|source| StreamsError::Store {
+            store: id.to_string(),
+            source,
+        })
+}
+
+/// At-least-once: outputs acknowledged, then each stateful task's fenced
+/// transaction (changelog + input offsets), then its store.
+pub(crate) async fn commit_alos(
+    rt: &Runtime,
+    producer: &Producer,
+    tasks: &mut BTreeMap<TaskId, Active>,
+    output_acks: &mut Vec<Ack>,
+) -> Result<()> {
+    producer.flush().await;
+    for ack in output_acks.drain(..) {
+        ack.await
+            .map_err(|e| StreamsError::client("writing outputs", e))?;
+    }
+    let mut stateless: Vec<(weir_group::assignor::TopicPartition, i64)> = Vec::new();
+    for (id, task) in tasks.iter_mut().filter(|(_, t)| t.dirty) {
+        let Some(meta) = group_metadata(rt) else {
+            return Err(migrated(id, "the membership lease ended before the commit"));
+        };
+        let inputs = input_offsets(task);
+        match (&task.fence, &task.store) {
+            (Some(fence), Some(store)) => {
+                let changelog =
+                    changelog_offsets(*id, std::mem::take(&mut task.changelog_acks)).await?;
+                let txn = |e| StreamsError::client(format!("task {id}: committing"), e);
+                fence
+                    .send_offsets_to_transaction(&inputs, &meta)
+                    .await
+                    .map_err(txn)?;
+                fence.commit().await.map_err(txn)?;
+                // Only now, with the changelog committed, may the store hold the writes.
+                commit_store(*id, store, changelog, &inputs).await?;
+                fence.begin().map_err(txn)?;
+            }
+            _ => stateless.extend(inputs.into_iter().map(|(tp, o)| {
+                (
+                    weir_group::assignor::TopicPartition::new(tp.topic, tp.partition),
+                    o,
+                )
+            })),
+        }
+        task.dirty = false;
+    }
+    if !stateless.is_empty() {
+        let Some(meta) = rt.lease.metadata() else {
+            return Err(migrated("stateless tasks", "the membership lease ended"));
+        };
+        // Checked by generation and member id at the coordinator.
+        weir_group::offsets::commit(&rt.cluster, &meta, &stateless)
+            .await
+            .map_err(|e| StreamsError::group("committing offsets", e))?;
+    }
+    Ok(())
+}
+
+/// Exactly-once v2: one transaction for everything the worker wrote, then
+/// the stores.
+pub(crate) async fn commit_eos(
+    rt: &Runtime,
+    txn: &TransactionalProducer,
+    tasks: &mut BTreeMap<TaskId, Active>,
+) -> Result<()> {
+    if !tasks.values().any(|t| t.dirty) {
+        return Ok(());
+    }
+    let Some(meta) = group_metadata(rt) else {
+        return Err(migrated(
+            "all",
+            "the membership lease ended before the commit",
+        ));
+    };
+    let mut per_task = Vec::new();
+    let mut all_inputs = BTreeMap::new();
+    for (id, task) in tasks.iter_mut().filter(|(_, t)| t.dirty) {
+        let changelog = changelog_offsets(*id, std::mem::take(&mut task.changelog_acks)).await?;
+        let inputs = input_offsets(task);
+        all_inputs.extend(inputs.clone());
+        per_task.push((*id, changelog, inputs));
+    }
+    let err = |e| StreamsError::client("committing the transaction", e);
+    txn.send_offsets_to_transaction(&all_inputs, &meta)
+        .await
+        .map_err(err)?;
+    txn.commit().await.map_err(err)?;
+    for (id, changelog, inputs) in per_task {
+        let Some(task) = tasks.get_mut(&id) else {
+            continue;
+        };
+        if let Some(store) = &task.store {
+            commit_store(id, store, changelog, &inputs).await?;
+        }
+        task.dirty = false;
+    }
+    txn.begin().map_err(err)?;
+    Ok(())
+}
+
+/// Drops everything uncommitted of a task: staged store writes, buffered
+/// records, and (best effort) its fence's open transaction. What was sent
+/// belongs to a transaction that is aborted here or by the next owner.
+pub(crate) async fn abort_task(id: TaskId, task: &mut Active) {
+    task.task.discard_uncommitted();
+    task.changelog_acks.clear();
+    task.dirty = false;
+    if let Some(store) = &task.store {
+        store.abort();
+    }
+    if let Some(fence) = &task.fence
+        && let Err(e) = fence.abort().await
+    {
+        tracing::debug!(task = %id, error = %e, "aborting the task's changelog transaction");
+    }
+}

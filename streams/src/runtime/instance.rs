@@ -1,0 +1,253 @@
+//! The instance: its group member's events become tasks on workers.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, PoisonError};
+use std::time::Duration;
+
+use tokio::sync::{mpsc, oneshot, watch};
+use weir_group::assignor::TopicPartition as GroupPartition;
+use weir_group::member::{AssignmentEvent, GroupMember, ShutdownMode};
+
+use super::worker::{Worker, WorkerCommand, WorkerReport};
+use super::{Runtime, State};
+use crate::config::ProcessingErrorHandling;
+use crate::error::{Result, StreamsError};
+use crate::task::TaskId;
+
+/// Aborts the tasks it holds when dropped: an instance that is dropped or
+/// killed takes its workers with it.
+struct Workers {
+    senders: Vec<mpsc::UnboundedSender<WorkerCommand>>,
+    handles: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl Drop for Workers {
+    fn drop(&mut self) {
+        for h in &self.handles {
+            h.abort();
+        }
+    }
+}
+
+/// The tasks of `partitions`: partition p of a topic read by subtopology s is task s_p.
+fn tasks_of(rt: &Runtime, partitions: &[GroupPartition]) -> BTreeMap<TaskId, Vec<GroupPartition>> {
+    let mut tasks: BTreeMap<TaskId, Vec<GroupPartition>> = BTreeMap::new();
+    for tp in partitions {
+        let Some(sub) = rt.topology.subtopology_of(&tp.topic, rt.app()) else {
+            tracing::warn!(topic = %tp.topic, "assigned a partition of a topic no subtopology reads");
+            continue;
+        };
+        let in_range = rt.partitions.get(&sub).is_some_and(|n| tp.partition < *n);
+        let Ok(partition) = u32::try_from(tp.partition) else {
+            continue;
+        };
+        if !in_range {
+            // The topic grew after the start: its task would have no
+            // changelog partition. Kafka Streams stops here too.
+            tracing::error!(topic = %tp.topic, partition = tp.partition, "assigned a partition beyond the partition count the internal topics were created with");
+            continue;
+        }
+        tasks
+            .entry(TaskId::new(sub, partition))
+            .or_default()
+            .push(tp.clone());
+    }
+    tasks
+}
+
+struct Instance {
+    rt: Arc<Runtime>,
+    workers: Workers,
+    /// Which worker runs each owned task.
+    placement: BTreeMap<TaskId, usize>,
+    state: watch::Sender<State>,
+    assigned_once: bool,
+}
+
+impl Instance {
+    fn publish_tasks(&self) {
+        *self.rt.tasks.lock().unwrap_or_else(PoisonError::into_inner) = self.placement.clone();
+    }
+
+    fn set_state(&self, state: State) {
+        self.state.send_if_modified(|s| {
+            let changed = *s != state;
+            if changed {
+                tracing::info!(application_id = %self.rt.app(), from = ?*s, to = ?state, "state");
+                *s = state;
+            }
+            changed
+        });
+    }
+
+    fn refresh_state(&self) {
+        let restoring = self
+            .rt
+            .counters
+            .restoring
+            .load(std::sync::atomic::Ordering::Relaxed);
+        if self.assigned_once && restoring == 0 {
+            self.set_state(State::Running);
+        } else {
+            self.set_state(State::Rebalancing);
+        }
+    }
+
+    /// New tasks go to the worker with the fewest; a task keeps its worker.
+    fn assign(&mut self, partitions: &[GroupPartition]) {
+        let mut per_worker: Vec<Vec<(TaskId, Vec<GroupPartition>)>> =
+            vec![Vec::new(); self.workers.senders.len()];
+        let mut load = vec![0usize; self.workers.senders.len()];
+        for w in self.placement.values() {
+            if let Some(l) = load.get_mut(*w) {
+                *l += 1;
+            }
+        }
+        for (task, parts) in tasks_of(&self.rt, partitions) {
+            let worker = match self.placement.get(&task) {
+                Some(w) => *w,
+                None => {
+                    let w = (0..load.len()).min_by_key(|w| (load[*w], *w)).unwrap_or(0);
+                    load[w] += 1;
+                    self.placement.insert(task, w);
+                    w
+                }
+            };
+            tracing::info!(task = %task, worker, "task assigned");
+            per_worker[worker].push((task, parts));
+        }
+        for (w, tasks) in per_worker.into_iter().enumerate() {
+            if !tasks.is_empty() {
+                let _ = self.workers.senders[w].send(WorkerCommand::Add(tasks));
+            }
+        }
+        self.publish_tasks();
+    }
+
+    /// Sends `make(tasks, done)` to each worker running some of `tasks` and
+    /// waits for all of them.
+    async fn each_worker(
+        &mut self,
+        tasks: BTreeSet<TaskId>,
+        make: impl Fn(Vec<TaskId>, oneshot::Sender<()>) -> WorkerCommand,
+    ) {
+        let mut by_worker: BTreeMap<usize, Vec<TaskId>> = BTreeMap::new();
+        for t in tasks {
+            if let Some(w) = self.placement.remove(&t) {
+                by_worker.entry(w).or_default().push(t);
+            }
+        }
+        let mut waits = Vec::new();
+        for (w, tasks) in by_worker {
+            let (done, wait) = oneshot::channel();
+            if self.workers.senders[w].send(make(tasks, done)).is_ok() {
+                waits.push(wait);
+            }
+        }
+        for w in waits {
+            let _ = w.await;
+        }
+        self.publish_tasks();
+    }
+
+    async fn shutdown_workers(&mut self) {
+        let mut waits = Vec::new();
+        for s in &self.workers.senders {
+            let (done, wait) = oneshot::channel();
+            if s.send(WorkerCommand::Shutdown(done)).is_ok() {
+                waits.push(wait);
+            }
+        }
+        for w in waits {
+            let _ = w.await;
+        }
+        self.placement.clear();
+        self.publish_tasks();
+    }
+}
+
+/// Runs the instance until it is closed or fails.
+pub(crate) async fn run(
+    rt: Arc<Runtime>,
+    mut member: GroupMember,
+    state: watch::Sender<State>,
+    mut shutdown: oneshot::Receiver<()>,
+) -> Result<()> {
+    let (report_tx, mut reports) = mpsc::unbounded_channel();
+    let mut senders = Vec::new();
+    let mut handles = Vec::new();
+    for index in 0..rt.config.threads {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let worker = Worker::new(Arc::clone(&rt), index, report_tx.clone())?;
+        senders.push(tx);
+        handles.push(tokio::spawn(worker.run(rx)));
+    }
+    let mut instance = Instance {
+        rt: Arc::clone(&rt),
+        workers: Workers { senders, handles },
+        placement: BTreeMap::new(),
+        state,
+        assigned_once: false,
+    };
+    let mut tick = tokio::time::interval(Duration::from_millis(100));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let outcome: Result<()> = loop {
+        tokio::select! {
+            event = member.next_event() => match event {
+                Ok(AssignmentEvent::Assigned(partitions)) => {
+                    instance.assigned_once = true;
+                    instance.assign(&partitions);
+                    instance.refresh_state();
+                }
+                Ok(AssignmentEvent::Revoked(revocation)) => {
+                    instance.set_state(State::Rebalancing);
+                    let tasks = tasks_of(&rt, &revocation.partitions).into_keys().collect();
+                    // Workers commit and close the tasks before the ack lets
+                    // the partitions go.
+                    instance
+                        .each_worker(tasks, WorkerCommand::Revoke)
+                        .await;
+                    revocation.ack();
+                }
+                Ok(AssignmentEvent::Lost(partitions)) => {
+                    instance.set_state(State::Rebalancing);
+                    tracing::warn!(application_id = %rt.app(), partitions = partitions.len(), "partitions lost: closing their tasks without committing");
+                    let tasks = tasks_of(&rt, &partitions).into_keys().collect();
+                    instance
+                        .each_worker(tasks, WorkerCommand::Lose)
+                        .await;
+                }
+                Err(e) => {
+                    tracing::error!(application_id = %rt.app(), error = %e, "group membership failed");
+                    break Err(StreamsError::group("group membership", e));
+                }
+            },
+            report = reports.recv() => match report {
+                Some(WorkerReport::Failed { worker, error }) => {
+                    tracing::error!(worker, error = %error, "stream thread failed");
+                    match rt.config.processing_errors {
+                        ProcessingErrorHandling::ShutdownClient => break Err(error),
+                        // A replaced thread restarts its tasks from their
+                        // last commit itself; nothing to do here.
+                        ProcessingErrorHandling::ReplaceThread => {}
+                    }
+                }
+                None => {}
+            },
+            _ = tick.tick() => instance.refresh_state(),
+            _ = &mut shutdown => break Ok(()),
+        }
+    };
+    instance.set_state(State::PendingShutdown);
+    instance.shutdown_workers().await;
+    // A planned close leaves even as a static member, so the tasks move at
+    // once instead of after the session timeout.
+    member.close(ShutdownMode::Planned).await;
+    instance.set_state(if outcome.is_ok() {
+        State::NotRunning
+    } else {
+        State::Error
+    });
+    tracing::info!(application_id = %rt.app(), ok = outcome.is_ok(), "streams instance stopped");
+    outcome
+}

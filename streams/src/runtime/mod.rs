@@ -1,0 +1,371 @@
+//! The runtime: [`KafkaStreams`] runs a topology's tasks in the
+//! application's consumer group.
+//!
+//! One instance is **one group member** (not one per thread, as Kafka
+//! Streams): the member receives partitions, the instance turns them into
+//! tasks and places each task on one of its `num.stream.threads` workers.
+//! A worker owns its tasks' stores, its own consumer and producers, and
+//! commits; restores run beside the workers, and a task processes only once
+//! its stores equal their changelog.
+//!
+//! Where each guarantee lives:
+//! - a member that cannot prove its membership stops writing: the lease
+//!   check in `worker.rs` (`Worker::writable`);
+//! - a new owner fences the old one at the broker, under at-least-once too:
+//!   the per-task fence in `commit.rs`;
+//! - a store never holds uncommitted data: `commit.rs` applies staged writes
+//!   only after the Kafka transaction committed, and aborts them otherwise.
+
+mod commit;
+mod instance;
+mod restore;
+pub(crate) mod topics;
+mod worker;
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use tokio::sync::{oneshot, watch};
+use tokio::task::JoinHandle;
+use weir_client::Cluster;
+use weir_client::admin::Admin;
+use weir_group::assignor::Assignor;
+use weir_group::member::{GroupMember, MemberConfig};
+
+use crate::config::StreamsConfig;
+use crate::error::{Result, StreamsError};
+use crate::task::TaskId;
+use crate::topology::Topology;
+
+/// The lifecycle of an instance, as Kafka Streams' `KafkaStreams.State`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum State {
+    /// Built, not started.
+    Created,
+    /// Joining the group, or restoring tasks it was given.
+    Rebalancing,
+    /// Every task it owns is processing.
+    Running,
+    /// `close` was called: committing and leaving.
+    PendingShutdown,
+    /// Stopped cleanly.
+    NotRunning,
+    /// Stopped after an error (see [`KafkaStreams::close`]'s result).
+    Error,
+}
+
+/// Counters an instance keeps, for logs, tests and benches.
+#[derive(Debug, Default)]
+pub(crate) struct Counters {
+    pub(crate) processed: AtomicU64,
+    pub(crate) commits: AtomicU64,
+    pub(crate) restored: AtomicU64,
+    pub(crate) restoring: AtomicU64,
+}
+
+/// A snapshot of an instance's counters and tasks.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Metrics {
+    /// Input records processed.
+    pub processed: u64,
+    /// Commits completed (per worker, per interval).
+    pub commits: u64,
+    /// Changelog records restored into stores.
+    pub restored_records: u64,
+    /// Tasks restoring now.
+    pub restoring_tasks: u64,
+    /// Tasks owned now, with the worker each runs on.
+    pub tasks: BTreeMap<TaskId, usize>,
+}
+
+/// What every worker of an instance shares.
+pub(crate) struct Runtime {
+    pub(crate) config: StreamsConfig,
+    pub(crate) topology: Topology,
+    pub(crate) cluster: Cluster,
+    /// Connections of their own for restores, so a restore's fetch never
+    /// queues behind a worker's long poll on the same connection.
+    pub(crate) restore_cluster: Cluster,
+    pub(crate) lease: weir_group::member::Lease,
+    /// Partition count per subtopology.
+    pub(crate) partitions: BTreeMap<u32, i32>,
+    /// A random id of this instance, kept in the state directory, so a
+    /// restarted instance reuses its transactional ids and so aborts its own
+    /// leftover transactions at `init_transactions`.
+    pub(crate) process_id: String,
+    pub(crate) counters: Counters,
+    pub(crate) tasks: Mutex<BTreeMap<TaskId, usize>>,
+    started: tokio::time::Instant,
+    started_wall_ms: i64,
+}
+
+impl Runtime {
+    /// Wall-clock milliseconds, advancing with tokio's clock (so paused-time
+    /// tests drive wall-clock punctuation).
+    pub(crate) fn wall_clock_ms(&self) -> i64 {
+        let elapsed = i64::try_from(self.started.elapsed().as_millis()).unwrap_or(i64::MAX);
+        self.started_wall_ms.saturating_add(elapsed)
+    }
+
+    pub(crate) fn app(&self) -> &str {
+        &self.config.application_id
+    }
+
+    pub(crate) fn task_dir(&self, task: TaskId) -> std::path::PathBuf {
+        self.config
+            .state_dir
+            .join(&self.config.application_id)
+            .join(task.to_string())
+    }
+}
+
+/// A running streams application instance.
+///
+/// ```no_run
+/// # async fn run(topology: weir_streams::Topology) -> weir_streams::Result<()> {
+/// use std::time::Duration;
+/// use weir_streams::config::StreamsConfig;
+/// use weir_streams::runtime::KafkaStreams;
+///
+/// let config = StreamsConfig::from_properties(&[
+///     ("application.id", "wordcount"),
+///     ("bootstrap.servers", "127.0.0.1:9092"),
+///     ("state.dir", "/var/lib/wordcount"),
+/// ])?;
+/// let streams = KafkaStreams::start(topology, config).await?;
+/// tokio::signal::ctrl_c().await.ok();
+/// streams.close(Duration::from_secs(30)).await?;
+/// # Ok(()) }
+/// ```
+pub struct KafkaStreams {
+    runtime: Arc<Runtime>,
+    state: watch::Receiver<State>,
+    shutdown: Option<oneshot::Sender<()>>,
+    instance: JoinHandle<Result<()>>,
+}
+
+impl std::fmt::Debug for KafkaStreams {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KafkaStreams")
+            .field("application_id", &self.runtime.config.application_id)
+            .field("state", &*self.state.borrow())
+            .finish_non_exhaustive()
+    }
+}
+
+fn process_id(config: &StreamsConfig) -> Result<String> {
+    let dir = config.state_dir.join(&config.application_id);
+    let io = |e: std::io::Error| StreamsError::InvalidConfig {
+        property: "state.dir".into(),
+        reason: format!("{}: {e}", dir.display()),
+    };
+    std::fs::create_dir_all(&dir).map_err(io)?;
+    let path = dir.join("process-id");
+    match std::fs::read_to_string(&path) {
+        Ok(id) if !id.trim().is_empty() => Ok(id.trim().to_owned()),
+        _ => {
+            let id = format!("{:016x}{:016x}", rand_u64(), rand_u64());
+            std::fs::write(&path, &id).map_err(io)?;
+            Ok(id)
+        }
+    }
+}
+
+/// A random value from the OS's hasher seed: enough for a process id, and
+/// no extra dependency.
+fn rand_u64() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0),
+    );
+    h.finish()
+}
+
+impl KafkaStreams {
+    /// Checks the topics (creating the internal ones), joins the group and
+    /// starts the workers. It returns once the instance is running in the
+    /// background; [`state`](Self::state) tells when its tasks are restored.
+    ///
+    /// # Errors
+    ///
+    /// An invalid config, a missing input topic, an internal topic with the
+    /// wrong partition count or cleanup policy, an unreachable cluster, or a
+    /// topology whose subtopology reads several topics (that needs the
+    /// streams assignor, not built yet: co-partitioned partitions must go to
+    /// one member together).
+    pub async fn start(topology: Topology, config: StreamsConfig) -> Result<KafkaStreams> {
+        config.validate()?;
+        for sub in 0..topology.subtopology_count() {
+            let sub = u32::try_from(sub).unwrap_or(u32::MAX);
+            let topics = topology.source_topics(sub, &config.application_id);
+            if topics.len() > 1 {
+                return Err(StreamsError::InvalidTopology(format!(
+                    "subtopology {sub} reads {} topics ({}): joins and merges of several topics \
+                     in one subtopology need the streams assignor, which is not built yet",
+                    topics.len(),
+                    topics.join(", ")
+                )));
+            }
+        }
+        let mut client = config.client.clone();
+        if client.client_id == "weir" {
+            client.client_id = config.application_id.clone();
+        }
+        let cluster = Cluster::connect(client)
+            .await
+            .map_err(|e| StreamsError::client("connecting to the cluster", e))?
+            .with_auto_create(false);
+        let restore_cluster = Cluster::connect(cluster.config().clone())
+            .await
+            .map_err(|e| StreamsError::client("connecting the restore consumer", e))?
+            .with_auto_create(false);
+        let admin = Admin::new(cluster.clone());
+        let partitions = topics::prepare(&admin, &topology, &config.application_id).await?;
+        let process_id = process_id(&config)?;
+        let mut member_config = MemberConfig::new(
+            config.application_id.clone(),
+            topology.all_source_topics(&config.application_id),
+        )
+        .with_assignors([Assignor::CooperativeSticky])
+        .with_session_timeout(config.session_timeout)
+        .with_heartbeat_interval(config.heartbeat_interval)
+        .with_max_poll_interval(config.max_poll_interval);
+        if let Some(id) = &config.instance_id {
+            member_config = member_config.with_instance_id(id.clone());
+        }
+        let member = GroupMember::start(cluster.clone(), member_config)
+            .map_err(|e| StreamsError::group("joining the group", e))?;
+        let started_wall_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+            .unwrap_or(0);
+        let runtime = Arc::new(Runtime {
+            lease: member.lease(),
+            config,
+            topology,
+            cluster,
+            restore_cluster,
+            partitions,
+            process_id,
+            counters: Counters::default(),
+            tasks: Mutex::new(BTreeMap::new()),
+            started: tokio::time::Instant::now(),
+            started_wall_ms,
+        });
+        tracing::info!(
+            application_id = %runtime.config.application_id,
+            process_id = %runtime.process_id,
+            threads = runtime.config.threads,
+            guarantee = ?runtime.config.guarantee,
+            "starting streams instance"
+        );
+        let (state_tx, state) = watch::channel(State::Rebalancing);
+        let (shutdown, shutdown_rx) = oneshot::channel();
+        let instance = tokio::spawn(instance::run(
+            Arc::clone(&runtime),
+            member,
+            state_tx,
+            shutdown_rx,
+        ));
+        Ok(KafkaStreams {
+            runtime,
+            state,
+            shutdown: Some(shutdown),
+            instance,
+        })
+    }
+
+    /// The instance's state now.
+    pub fn state(&self) -> State {
+        *self.state.borrow()
+    }
+
+    /// A receiver that sees every state change (Kafka's state listener).
+    pub fn state_listener(&self) -> watch::Receiver<State> {
+        self.state.clone()
+    }
+
+    /// Waits until the state is `wanted` (or the instance stopped).
+    ///
+    /// # Errors
+    ///
+    /// [`StreamsError::NotRunning`] if the instance stopped first.
+    pub async fn wait_for_state(&self, wanted: State) -> Result<()> {
+        let mut rx = self.state.clone();
+        loop {
+            let now = *rx.borrow_and_update();
+            if now == wanted {
+                return Ok(());
+            }
+            if matches!(now, State::NotRunning | State::Error) {
+                return Err(StreamsError::NotRunning(format!("state is {now:?}")));
+            }
+            if rx.changed().await.is_err() {
+                return Err(StreamsError::NotRunning("the instance stopped".into()));
+            }
+        }
+    }
+
+    /// Counters and owned tasks.
+    pub fn metrics(&self) -> Metrics {
+        let c = &self.runtime.counters;
+        Metrics {
+            processed: c.processed.load(Ordering::Relaxed),
+            commits: c.commits.load(Ordering::Relaxed),
+            restored_records: c.restored.load(Ordering::Relaxed),
+            restoring_tasks: c.restoring.load(Ordering::Relaxed),
+            tasks: self
+                .runtime
+                .tasks
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .clone(),
+        }
+    }
+
+    /// Closes gracefully: every worker commits and closes its tasks' stores
+    /// cleanly, then the member leaves the group. After `timeout` the
+    /// instance is dropped as it is (uncommitted work is then redone by the
+    /// next owner).
+    ///
+    /// # Errors
+    ///
+    /// The error that stopped the instance, if one did.
+    pub async fn close(mut self, timeout: Duration) -> Result<()> {
+        if let Some(tx) = self.shutdown.take() {
+            let _ = tx.send(());
+        }
+        match tokio::time::timeout(timeout, &mut self.instance).await {
+            Ok(Ok(result)) => result,
+            Ok(Err(join)) => Err(StreamsError::NotRunning(format!(
+                "the instance task failed: {join}"
+            ))),
+            Err(_) => {
+                self.instance.abort();
+                Err(StreamsError::NotRunning(format!(
+                    "close did not finish within {timeout:?}"
+                )))
+            }
+        }
+    }
+
+    /// Stops at once without committing or leaving the group, as a crash
+    /// would (for tests of failover): the group sees the member's session
+    /// expire, and the next owner restores from the changelogs.
+    pub fn kill(mut self) {
+        self.shutdown.take();
+        self.instance.abort();
+    }
+}
+
+impl Drop for KafkaStreams {
+    fn drop(&mut self) {
+        self.instance.abort();
+    }
+}

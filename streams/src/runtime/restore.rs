@@ -1,0 +1,229 @@
+//! Bringing a task's stores up to their changelog before it processes.
+//!
+//! Runs beside the worker (its own tokio task, its own read_committed
+//! consumer on the instance's restore connections), so one task's restore
+//! never holds up the others' processing. A store restores from the offset it
+//! committed (only the tail when its directory survived), or in bulk into an
+//! empty store.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use weir_client::admin::{Admin, OffsetSpec};
+use weir_client::config::consumer::IsolationLevel;
+use weir_client::consumer::{Consumer, SeekTo, TopicPartition};
+use weir_client::transaction::{TransactionConfig, TransactionalProducer};
+use weir_store::{ChangelogPartition, ChangelogRecord, CommittedOffset, StoreError, TaskStore};
+
+use super::Runtime;
+use crate::config::ProcessingGuarantee;
+use crate::error::{Result, StreamsError};
+use crate::task::TaskId;
+
+/// A task's stores and fence, ready to process.
+pub(crate) struct Prepared {
+    pub(crate) store: Option<TaskStore>,
+    pub(crate) fence: Option<TransactionalProducer>,
+}
+
+fn store_err(task: TaskId) -> impl Fn(StoreError) -> StreamsError {
+    move |source| StreamsError::Store {
+        store: task.to_string(),
+        source,
+    }
+}
+
+async fn blocking<T: Send + 'static>(
+    task: TaskId,
+    f: impl FnOnce() -> std::result::Result<T, StoreError> + Send + 'static,
+) -> Result<T> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| StreamsError::NotRunning(format!("task {task}: store job: {e}")))?
+        .map_err(store_err(task))
+}
+
+/// Opens the task directory, retrying while a previous owner in this process
+/// (another worker, a restore being cancelled) still holds its lock.
+async fn open_store(rt: &Runtime, task: TaskId) -> Result<TaskStore> {
+    let dir = rt.task_dir(task);
+    let mut waited = Duration::ZERO;
+    loop {
+        let d = dir.clone();
+        match blocking(task, move || {
+            TaskStore::open(d, weir_store::StoreOptions::default())
+        })
+        .await
+        {
+            Err(StreamsError::Store {
+                source: StoreError::Locked { .. },
+                ..
+            }) if waited < Duration::from_secs(30) => {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                waited += Duration::from_millis(100);
+            }
+            other => return other,
+        }
+    }
+}
+
+/// The task's fence (at-least-once, stateful tasks): taking it over bumps the
+/// epoch of `<application.id>-task-<task>`, which fences the previous owner
+/// at the broker and aborts its open changelog transaction, so this restore
+/// reads up to the end without waiting for the transaction timeout.
+async fn take_fence(rt: &Runtime, task: TaskId) -> Result<TransactionalProducer> {
+    let id = format!("{}-task-{task}", rt.app());
+    let fence = TransactionalProducer::with_cluster(
+        rt.cluster.clone(),
+        rt.config.producer.clone(),
+        TransactionConfig::new(id.clone()).with_timeout(rt.config.transaction_timeout()),
+    )
+    .map_err(|e| StreamsError::client(format!("task {task}: fence producer"), e))?;
+    fence
+        .init_transactions()
+        .await
+        .map_err(|e| StreamsError::client(format!("task {task}: fencing {id}"), e))?;
+    fence
+        .begin()
+        .map_err(|e| StreamsError::client(format!("task {task}: begin"), e))?;
+    tracing::debug!(task = %task, transactional_id = %id, "task fence taken over");
+    Ok(fence)
+}
+
+/// Opens task `task`'s stores, takes its fence, and restores each logged
+/// store to its changelog's end.
+pub(crate) async fn prepare(rt: Arc<Runtime>, task: TaskId) -> Result<Prepared> {
+    let specs: Vec<_> = rt
+        .topology
+        .subtopology_stores(task.subtopology)
+        .into_iter()
+        .cloned()
+        .collect();
+    if specs.is_empty() {
+        return Ok(Prepared {
+            store: None,
+            fence: None,
+        });
+    }
+    let store = open_store(&rt, task).await?;
+    let fence = match rt.config.guarantee {
+        ProcessingGuarantee::AtLeastOnce => Some(take_fence(&rt, task).await?),
+        ProcessingGuarantee::ExactlyOnceV2 => None,
+    };
+    // Registers every store (a new directory creates them) before restoring.
+    for spec in &specs {
+        let s = store.clone();
+        let spec2 = spec.clone();
+        blocking(task, move || match spec2.kind {
+            crate::state::StoreType::KeyValue => s.key_value_store(&spec2.name).map(|_| ()),
+            crate::state::StoreType::Window { retention, segment } => {
+                s.window_store(&spec2.name, retention, segment).map(|_| ())
+            }
+        })
+        .await?;
+    }
+    let partition = i32::try_from(task.partition).unwrap_or(i32::MAX);
+    for spec in specs.iter().filter(|s| s.logged) {
+        let topic = spec.changelog_topic(rt.app());
+        restore_store(&rt, task, &store, &spec.name, &topic, partition).await?;
+    }
+    Ok(Prepared {
+        store: Some(store),
+        fence,
+    })
+}
+
+async fn restore_store(
+    rt: &Runtime,
+    task: TaskId,
+    store: &TaskStore,
+    name: &str,
+    topic: &str,
+    partition: i32,
+) -> Result<()> {
+    let admin = Admin::new(rt.restore_cluster.clone());
+    // The end is the high watermark (read_uncommitted, as Kafka's
+    // KAFKA-10167): markers sit below it, so "done" is position >= end.
+    let end = admin
+        .list_offsets(topic, &[partition], OffsetSpec::Latest, false)
+        .await
+        .map_err(|e| StreamsError::client(format!("task {task}: end offset of {topic}"), e))?
+        .first()
+        .map(|o| o.offset)
+        .unwrap_or(0);
+    let cp = ChangelogPartition::new(topic, partition);
+    let start = store.committed_offset(&cp);
+    if let CommittedOffset::Known(o) = start
+        && o >= end
+    {
+        tracing::debug!(task = %task, store = name, offset = o, end, "store is up to date");
+        return Ok(());
+    }
+    let mut options = rt.config.consumer.clone();
+    options.isolation_level = IsolationLevel::ReadCommitted;
+    let mut consumer = Consumer::with_cluster(rt.restore_cluster.clone(), options);
+    let tp = TopicPartition::new(topic, partition);
+    consumer.assign([tp.clone()]);
+    let seek = match start {
+        CommittedOffset::Known(o) => SeekTo::Offset(o),
+        CommittedOffset::Unknown => SeekTo::Earliest,
+    };
+    consumer
+        .seek(&tp, seek)
+        .map_err(|e| StreamsError::client(format!("task {task}: seek {topic}"), e))?;
+    let s = store.clone();
+    let (n, cp2) = (name.to_owned(), cp.clone());
+    let mut restorer = blocking(task, move || s.restorer(&n, cp2, end)).await?;
+    tracing::info!(task = %task, store = name, from = ?start, end, path = ?restorer.path(), "restoring");
+    rt.counters.restoring.fetch_add(1, Ordering::Relaxed);
+    let mut last_report = tokio::time::Instant::now();
+    let outcome: Result<()> = async {
+        loop {
+            let position = consumer
+                .position(&tp)
+                .await
+                .map_err(|e| StreamsError::client(format!("task {task}: restore position"), e))?;
+            if position >= end {
+                break;
+            }
+            let records = consumer
+                .poll_for(Duration::from_millis(500))
+                .await
+                .map_err(|e| StreamsError::client(format!("task {task}: restoring {topic}"), e))?;
+            if records.is_empty() {
+                continue;
+            }
+            let count = records.len() as u64;
+            let r = restorer;
+            restorer = tokio::task::spawn_blocking(move || {
+                let mut r = r;
+                let batch: Vec<ChangelogRecord<'_>> = records
+                    .iter()
+                    .filter(|rec| rec.offset < end)
+                    .map(|rec| ChangelogRecord {
+                        offset: rec.offset,
+                        key: rec.key.as_deref().unwrap_or_default(),
+                        value: rec.value.as_deref(),
+                    })
+                    .collect();
+                r.apply(&batch).map(|()| r)
+            })
+            .await
+            .map_err(|e| StreamsError::NotRunning(format!("task {task}: restore job: {e}")))?
+            .map_err(store_err(task))?;
+            rt.counters.restored.fetch_add(count, Ordering::Relaxed);
+            if last_report.elapsed() >= Duration::from_secs(5) {
+                let p = restorer.progress();
+                tracing::info!(task = %task, store = name, records = p.records, bytes = p.bytes, offset = ?p.next_offset, end, "restore progress");
+                last_report = tokio::time::Instant::now();
+            }
+        }
+        let progress = blocking(task, move || restorer.finish()).await?;
+        tracing::info!(task = %task, store = name, records = progress.records, bytes = progress.bytes, end, "restored");
+        Ok(())
+    }
+    .await;
+    rt.counters.restoring.fetch_sub(1, Ordering::Relaxed);
+    outcome
+}

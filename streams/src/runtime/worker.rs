@@ -1,0 +1,646 @@
+//! A worker (Kafka Streams' stream thread): its tasks, its consumer, its
+//! producers, and the loop that polls, processes and commits.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use tokio::sync::{mpsc, oneshot};
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+use weir_client::config::consumer::IsolationLevel;
+use weir_client::consumer::{Consumer, ConsumerRecord, SeekTo, TopicPartition};
+use weir_client::producer::{Producer, ProducerRecord};
+use weir_client::transaction::{TransactionConfig, TransactionalProducer, fetch_stable_offsets};
+use weir_group::assignor::TopicPartition as GroupPartition;
+
+use super::Runtime;
+use super::commit::{self, Ack, Active, Producers};
+use super::restore::{self, Prepared};
+use crate::config::{DeserializationHandling, ProcessingGuarantee};
+use crate::error::{Result, StreamsError};
+use crate::record::{OutputRecord, RawRecord};
+use crate::task::{StreamTask, TaskId};
+
+/// What the instance tells a worker.
+pub(crate) enum WorkerCommand {
+    /// Start these tasks (restore, then process).
+    Add(Vec<(TaskId, Vec<GroupPartition>)>),
+    /// Commit, then close these tasks cleanly; answer when done.
+    Revoke(Vec<TaskId>, oneshot::Sender<()>),
+    /// Close these tasks without committing (ownership is gone).
+    Lose(Vec<TaskId>, oneshot::Sender<()>),
+    /// Commit everything and close every task cleanly.
+    Shutdown(oneshot::Sender<()>),
+}
+
+/// What a worker tells the instance.
+pub(crate) enum WorkerReport {
+    /// Processing failed; the worker has already aborted its uncommitted work.
+    Failed { worker: usize, error: StreamsError },
+}
+
+type Restoring = JoinHandle<(TaskId, Result<Prepared>)>;
+
+pub(crate) struct Worker {
+    rt: Arc<Runtime>,
+    index: usize,
+    reports: mpsc::UnboundedSender<WorkerReport>,
+    consumer: Consumer,
+    producers: Option<Producers>,
+    tasks: BTreeMap<TaskId, Active>,
+    /// Input partitions of every task this worker owns, running or not.
+    owned: BTreeMap<TaskId, Vec<TopicPartition>>,
+    restoring: BTreeMap<TaskId, Restoring>,
+    /// Tasks whose uncommitted work was dropped while the worker still owns
+    /// them: started again from their last commit once writing is allowed.
+    revive: BTreeSet<TaskId>,
+    output_acks: Vec<Ack>,
+    last_commit: Instant,
+}
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        for h in self.restoring.values() {
+            h.abort();
+        }
+    }
+}
+
+fn to_client(tp: &GroupPartition) -> TopicPartition {
+    TopicPartition::new(tp.topic.clone(), tp.partition)
+}
+
+fn to_raw(r: ConsumerRecord) -> RawRecord {
+    RawRecord {
+        topic: r.topic,
+        partition: r.partition,
+        offset: r.offset,
+        timestamp: r.timestamp,
+        key: r.key,
+        value: r.value,
+        headers: r.headers,
+    }
+}
+
+fn producer_record(r: OutputRecord) -> ProducerRecord {
+    let mut p = ProducerRecord::new(r.topic).with_timestamp(r.timestamp);
+    p.partition = r.partition;
+    p.key = r.key.map(Into::into);
+    p.value = r.value.map(Into::into);
+    p.headers = r.headers;
+    p
+}
+
+impl Worker {
+    pub(crate) fn new(
+        rt: Arc<Runtime>,
+        index: usize,
+        reports: mpsc::UnboundedSender<WorkerReport>,
+    ) -> Result<Worker> {
+        let mut options = rt.config.consumer.clone();
+        options.isolation_level = match rt.config.guarantee {
+            ProcessingGuarantee::ExactlyOnceV2 => IsolationLevel::ReadCommitted,
+            ProcessingGuarantee::AtLeastOnce => IsolationLevel::ReadUncommitted,
+        };
+        let consumer = Consumer::with_cluster(rt.cluster.clone(), options);
+        Ok(Worker {
+            rt,
+            index,
+            reports,
+            consumer,
+            producers: None,
+            tasks: BTreeMap::new(),
+            owned: BTreeMap::new(),
+            restoring: BTreeMap::new(),
+            revive: BTreeSet::new(),
+            output_acks: Vec::new(),
+            last_commit: Instant::now(),
+        })
+    }
+
+    /// The worker's producers, created on first use. Under exactly-once the
+    /// transactional id is `<application.id>-<process id>-<worker>`, stable
+    /// across restarts, so `init_transactions` aborts what a crashed
+    /// predecessor left open.
+    async fn producers(&mut self) -> Result<&Producers> {
+        if self.producers.is_none() {
+            let rt = &self.rt;
+            let producers = match rt.config.guarantee {
+                ProcessingGuarantee::AtLeastOnce => Producers::AtLeastOnce(
+                    Producer::with_cluster(rt.cluster.clone(), rt.config.producer.clone())
+                        .map_err(|e| StreamsError::client("output producer", e))?,
+                ),
+                ProcessingGuarantee::ExactlyOnceV2 => {
+                    let id = format!("{}-{}-{}", rt.app(), rt.process_id, self.index);
+                    let txn = TransactionalProducer::with_cluster(
+                        rt.cluster.clone(),
+                        rt.config.producer.clone(),
+                        TransactionConfig::new(id.clone())
+                            .with_timeout(rt.config.transaction_timeout()),
+                    )
+                    .map_err(|e| StreamsError::client("transactional producer", e))?;
+                    txn.init_transactions()
+                        .await
+                        .map_err(|e| StreamsError::client(format!("init {id}"), e))?;
+                    txn.begin().map_err(|e| StreamsError::client("begin", e))?;
+                    Producers::ExactlyOnce(Box::new(txn))
+                }
+            };
+            self.producers = Some(producers);
+        }
+        self.producers
+            .as_ref()
+            .ok_or_else(|| StreamsError::NotRunning("no producer".into()))
+    }
+
+    /// The zombie guard: a worker writes (sends, commits) only while the
+    /// member's lease is valid, i.e. while the coordinator cannot yet have
+    /// given its partitions to another member. It is a deadline read
+    /// synchronously, so it holds even before the membership task has
+    /// delivered `Lost`.
+    fn writable(&self) -> bool {
+        self.rt.lease.is_valid()
+    }
+
+    pub(crate) async fn run(mut self, mut commands: mpsc::UnboundedReceiver<WorkerCommand>) {
+        let span = tracing::info_span!("stream_thread", application_id = %self.rt.app(), worker = self.index);
+        let _enter = span.enter();
+        loop {
+            let polling = !self.tasks.is_empty();
+            tokio::select! {
+                biased;
+                command = commands.recv() => match command {
+                    Some(WorkerCommand::Add(tasks)) => self.add(tasks),
+                    Some(WorkerCommand::Revoke(tasks, done)) => {
+                        self.revoke(&tasks).await;
+                        let _ = done.send(());
+                    }
+                    Some(WorkerCommand::Lose(tasks, done)) => {
+                        self.lose(&tasks).await;
+                        let _ = done.send(());
+                    }
+                    Some(WorkerCommand::Shutdown(done)) => {
+                        let all: Vec<TaskId> = self.owned.keys().copied().collect();
+                        self.revoke(&all).await;
+                        self.close_producers().await;
+                        let _ = done.send(());
+                        return;
+                    }
+                    None => return,
+                },
+                finished = next_restored(&mut self.restoring) => {
+                    if let Some((task, result)) = finished {
+                        self.restored(task, result).await;
+                    }
+                }
+                polled = self.consumer.poll_for(self.rt.config.poll), if polling => match polled {
+                    Ok(records) => {
+                        if let Err(e) = self.process(records).await {
+                            self.fail(e).await;
+                        }
+                    }
+                    Err(e) => tracing::warn!(error = %e, "poll failed"),
+                },
+                _ = tokio::time::sleep(self.rt.config.poll), if !polling => {}
+            }
+            if let Err(e) = self.tick().await {
+                self.fail(e).await;
+            }
+        }
+    }
+
+    /// Timers: wall-clock punctuation, the commit interval, revival.
+    async fn tick(&mut self) -> Result<()> {
+        if !self.revive.is_empty() && self.writable() {
+            let tasks: Vec<TaskId> = std::mem::take(&mut self.revive).into_iter().collect();
+            for id in tasks {
+                if let Some(parts) = self.owned.get(&id).cloned() {
+                    tracing::info!(task = %id, "restarting task from its last commit");
+                    self.start_restore(id, parts);
+                }
+            }
+        }
+        if self.tasks.is_empty() {
+            return Ok(());
+        }
+        let now = self.rt.wall_clock_ms();
+        let mut outputs = Vec::new();
+        for (id, active) in &mut self.tasks {
+            active.task.punctuate_wall_clock(now)?;
+            outputs.push((
+                *id,
+                active.task.take_outputs(),
+                active.task.take_changelog(),
+            ));
+        }
+        self.send(outputs).await?;
+        if self.last_commit.elapsed() >= self.rt.config.commit_interval {
+            self.commit().await?;
+        }
+        Ok(())
+    }
+
+    fn add(&mut self, tasks: Vec<(TaskId, Vec<GroupPartition>)>) {
+        for (id, parts) in tasks {
+            let parts: Vec<TopicPartition> = parts.iter().map(to_client).collect();
+            let entry = self.owned.entry(id).or_default();
+            for p in parts {
+                if !entry.contains(&p) {
+                    entry.push(p);
+                }
+            }
+            if !self.tasks.contains_key(&id) && !self.restoring.contains_key(&id) {
+                let parts = entry.clone();
+                self.start_restore(id, parts);
+            }
+        }
+    }
+
+    fn start_restore(&mut self, id: TaskId, _parts: Vec<TopicPartition>) {
+        let rt = Arc::clone(&self.rt);
+        let handle = tokio::spawn(async move { (id, restore::prepare(rt, id).await) });
+        self.restoring.insert(id, handle);
+    }
+
+    /// A task's stores are restored: create it and start fetching its inputs
+    /// from the committed offsets.
+    async fn restored(&mut self, id: TaskId, result: Result<Prepared>) {
+        let Some(inputs) = self.owned.get(&id).cloned() else {
+            return; // revoked or lost meanwhile; dropping `result` releases its store
+        };
+        let prepared = match result {
+            Ok(p) => p,
+            Err(e) => {
+                tracing::warn!(task = %id, error = %e, "preparing the task failed; retrying");
+                self.revive.insert(id);
+                return;
+            }
+        };
+        let started = async {
+            if self.rt.config.guarantee == ProcessingGuarantee::ExactlyOnceV2 {
+                self.producers().await?;
+            }
+            let task = StreamTask::new(
+                &self.rt.topology,
+                id,
+                self.rt.app(),
+                prepared.store.as_ref(),
+            )?;
+            // Stable offsets: while another owner's transaction holding
+            // offsets for these partitions is open, this waits for it to end.
+            let committed = fetch_stable_offsets(&self.rt.cluster, self.rt.app(), &inputs)
+                .await
+                .map_err(|e| StreamsError::client(format!("task {id}: committed offsets"), e))?;
+            Ok::<_, StreamsError>((task, committed))
+        }
+        .await;
+        let (task, committed) = match started {
+            Ok(v) => v,
+            Err(e) => {
+                tracing::warn!(task = %id, error = %e, "starting the task failed; retrying");
+                self.revive.insert(id);
+                return;
+            }
+        };
+        let mut assignment = self.consumer.assignment();
+        assignment.extend(inputs.iter().cloned());
+        self.consumer.assign(assignment);
+        for tp in &inputs {
+            let seek = committed
+                .get(tp)
+                .map_or(SeekTo::Earliest, |o| SeekTo::Offset(*o));
+            if let Err(e) = self.consumer.seek(tp, seek) {
+                tracing::warn!(task = %id, error = %e, "seek failed");
+            }
+        }
+        tracing::info!(task = %id, inputs = ?inputs, "task running");
+        self.tasks.insert(
+            id,
+            Active {
+                task,
+                store: prepared.store,
+                inputs,
+                fence: prepared.fence,
+                changelog_acks: Vec::new(),
+                dirty: false,
+            },
+        );
+    }
+
+    /// Runs a polled batch through its tasks on a blocking thread, then sends
+    /// what they wrote.
+    async fn process(&mut self, records: Vec<ConsumerRecord>) -> Result<()> {
+        if records.is_empty() {
+            return Ok(());
+        }
+        if !self.writable() {
+            // The records are not processed: they are fetched again after the
+            // revival below, from the last commit.
+            self.suspend_all("the membership lease ended").await;
+            return Ok(());
+        }
+        let mut by_task: BTreeMap<TaskId, Vec<RawRecord>> = BTreeMap::new();
+        for r in records {
+            let Some(sub) = self.rt.topology.subtopology_of(&r.topic, self.rt.app()) else {
+                continue;
+            };
+            let id = TaskId::new(sub, u32::try_from(r.partition).unwrap_or(0));
+            if self.tasks.contains_key(&id) {
+                by_task.entry(id).or_default().push(to_raw(r));
+            }
+        }
+        let mut batch: Vec<(TaskId, Active, Vec<RawRecord>)> = Vec::new();
+        for (id, records) in by_task {
+            if let Some(task) = self.tasks.remove(&id) {
+                batch.push((id, task, records));
+            }
+        }
+        let handling = self.rt.config.deserialization;
+        let (batch, result) = tokio::task::spawn_blocking(move || {
+            let mut batch = batch;
+            let mut result = Ok(0u64);
+            'tasks: for (_, active, records) in &mut batch {
+                for r in records.iter() {
+                    match active.task.process(r) {
+                        Ok(()) => {}
+                        Err(StreamsError::Serde(e)) if handling == DeserializationHandling::LogAndContinue => {
+                            tracing::warn!(task = %active.task.id(), topic = %r.topic, partition = r.partition, offset = r.offset, error = %e, "skipping a record that does not deserialize");
+                            active.task.skip(&r.topic, r.offset);
+                        }
+                        Err(e) => {
+                            result = Err(e);
+                            break 'tasks;
+                        }
+                    }
+                    active.dirty = true;
+                    if let Ok(n) = &mut result {
+                        *n += 1;
+                    }
+                }
+            }
+            (batch, result)
+        })
+        .await
+        .map_err(|e| StreamsError::NotRunning(format!("processing job: {e}")))?;
+        let mut outputs = Vec::new();
+        for (id, mut active, _) in batch {
+            outputs.push((id, active.task.take_outputs(), active.task.take_changelog()));
+            self.tasks.insert(id, active);
+        }
+        let processed = result?;
+        self.rt
+            .counters
+            .processed
+            .fetch_add(processed, Ordering::Relaxed);
+        self.send(outputs).await
+    }
+
+    /// Sends what tasks wrote: outputs through the worker's producer,
+    /// changelogs through each task's fence (at-least-once) or all through
+    /// the worker's transaction (exactly-once).
+    async fn send(
+        &mut self,
+        written: Vec<(TaskId, Vec<OutputRecord>, Vec<OutputRecord>)>,
+    ) -> Result<()> {
+        if written.iter().all(|(_, o, c)| o.is_empty() && c.is_empty()) {
+            return Ok(());
+        }
+        if !self.writable() {
+            // Staged writes whose changelog records are not sent must never
+            // be committed: drop the tasks' uncommitted work.
+            self.suspend_all("the membership lease ended").await;
+            return Ok(());
+        }
+        self.producers().await?;
+        let Some(producers) = self.producers.as_ref() else {
+            return Ok(());
+        };
+        for (id, outputs, changelog) in written {
+            for out in outputs {
+                let record = producer_record(out);
+                let ack: Ack = match producers {
+                    Producers::AtLeastOnce(p) => Box::pin(
+                        p.enqueue(record)
+                            .await
+                            .map_err(|e| StreamsError::client(format!("task {id}: output"), e))?,
+                    ),
+                    Producers::ExactlyOnce(txn) => Box::pin(
+                        txn.enqueue(record)
+                            .await
+                            .map_err(|e| StreamsError::client(format!("task {id}: output"), e))?,
+                    ),
+                };
+                self.output_acks.push(ack);
+            }
+            let Some(active) = self.tasks.get_mut(&id) else {
+                continue;
+            };
+            for record in changelog {
+                let record = producer_record(record);
+                let err = |e| StreamsError::client(format!("task {id}: changelog"), e);
+                let ack: Ack = match (producers, &active.fence) {
+                    (Producers::ExactlyOnce(txn), _) => {
+                        Box::pin(txn.enqueue(record).await.map_err(err)?)
+                    }
+                    (Producers::AtLeastOnce(_), Some(fence)) => {
+                        Box::pin(fence.enqueue(record).await.map_err(err)?)
+                    }
+                    (Producers::AtLeastOnce(_), None) => {
+                        return Err(StreamsError::NotRunning(format!(
+                            "task {id} has a changelog but no fence"
+                        )));
+                    }
+                };
+                active.changelog_acks.push(ack);
+            }
+        }
+        Ok(())
+    }
+
+    async fn commit(&mut self) -> Result<()> {
+        self.last_commit = Instant::now();
+        if self.tasks.values().all(|t| !t.dirty) {
+            return Ok(());
+        }
+        if !self.writable() {
+            self.suspend_all("the membership lease ended before the commit")
+                .await;
+            return Ok(());
+        }
+        let rt = Arc::clone(&self.rt);
+        let result = match self.producers.as_ref() {
+            Some(Producers::AtLeastOnce(p)) => {
+                commit::commit_alos(&rt, p, &mut self.tasks, &mut self.output_acks).await
+            }
+            Some(Producers::ExactlyOnce(txn)) => {
+                self.output_acks.clear();
+                commit::commit_eos(&rt, txn, &mut self.tasks).await
+            }
+            None => Ok(()),
+        };
+        match result {
+            Ok(()) => {
+                rt.counters.commits.fetch_add(1, Ordering::Relaxed);
+                tracing::debug!(tasks = self.tasks.len(), "committed");
+                Ok(())
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "commit failed: dropping uncommitted work");
+                self.suspend_all("the commit failed").await;
+                Err(e)
+            }
+        }
+    }
+
+    /// Aborts the uncommitted work of every task and restarts them from their
+    /// last commit once writing is allowed again.
+    async fn suspend_all(&mut self, why: &str) {
+        if self.tasks.is_empty() {
+            return;
+        }
+        tracing::warn!(
+            reason = why,
+            tasks = self.tasks.len(),
+            "dropping uncommitted work of every task"
+        );
+        if let Some(Producers::ExactlyOnce(txn)) = &self.producers
+            && txn.abort().await.is_err()
+        {
+            // Fenced or broken: a new producer (and epoch) next time.
+            self.producers = None;
+        }
+        self.output_acks.clear();
+        let ids: Vec<TaskId> = self.tasks.keys().copied().collect();
+        for id in ids {
+            if let Some(mut active) = self.tasks.remove(&id) {
+                commit::abort_task(id, &mut active).await;
+                active.task.close();
+                self.revive.insert(id);
+            }
+        }
+        self.consumer.assign(Vec::new());
+    }
+
+    async fn fail(&mut self, error: StreamsError) {
+        tracing::error!(error = %error, "processing failed: aborting uncommitted work");
+        self.suspend_all("processing failed").await;
+        let _ = self.reports.send(WorkerReport::Failed {
+            worker: self.index,
+            error,
+        });
+    }
+
+    /// Commits, then closes `tasks` cleanly (stores closed, so the next owner
+    /// on this disk opens them without replaying a journal).
+    async fn revoke(&mut self, tasks: &[TaskId]) {
+        if tasks.iter().any(|t| self.tasks.contains_key(t))
+            && let Err(e) = self.commit().await
+        {
+            tracing::warn!(error = %e, "commit before revocation failed");
+        }
+        for id in tasks {
+            self.owned.remove(id);
+            self.revive.remove(id);
+            if let Some(h) = self.restoring.remove(id) {
+                h.abort();
+                let _ = h.await;
+            }
+            if let Some(mut active) = self.tasks.remove(id) {
+                active.task.close();
+                if active.dirty {
+                    commit::abort_task(*id, &mut active).await;
+                }
+                if let Some(fence) = active.fence.take() {
+                    let _ = fence.abort().await;
+                    fence.close().await;
+                }
+                if let Some(store) = active.store.take() {
+                    let closed = tokio::task::spawn_blocking(move || store.close()).await;
+                    if !matches!(closed, Ok(Ok(()))) {
+                        tracing::warn!(task = %id, "closing the store failed; the next open replays its journal");
+                    }
+                }
+                tracing::info!(task = %id, "task closed");
+            }
+        }
+        self.reassign_consumer();
+    }
+
+    /// Closes `tasks` without committing: another member may own them now.
+    async fn lose(&mut self, tasks: &[TaskId]) {
+        for id in tasks {
+            self.owned.remove(id);
+            self.revive.remove(id);
+            if let Some(h) = self.restoring.remove(id) {
+                h.abort();
+                let _ = h.await;
+            }
+            if let Some(mut active) = self.tasks.remove(id) {
+                active.task.discard_uncommitted();
+                active.task.close();
+                if let Some(store) = &active.store {
+                    store.abort();
+                }
+                tracing::info!(task = %id, "task closed without committing (lost)");
+            }
+        }
+        if let Some(Producers::ExactlyOnce(txn)) = &self.producers
+            && self.tasks.is_empty()
+            && txn.abort().await.is_err()
+        {
+            self.producers = None;
+        }
+        self.output_acks.clear();
+        self.reassign_consumer();
+    }
+
+    fn reassign_consumer(&mut self) {
+        let inputs: Vec<TopicPartition> = self
+            .tasks
+            .values()
+            .flat_map(|t| t.inputs.iter().cloned())
+            .collect();
+        self.consumer.assign(inputs);
+    }
+
+    async fn close_producers(&mut self) {
+        match self.producers.take() {
+            Some(Producers::AtLeastOnce(p)) => p.close().await,
+            Some(Producers::ExactlyOnce(txn)) => {
+                let _ = txn.abort().await;
+                txn.close().await;
+            }
+            None => {}
+        }
+    }
+}
+
+/// The next restore that finished, or pending forever when none runs.
+async fn next_restored(
+    restoring: &mut BTreeMap<TaskId, Restoring>,
+) -> Option<(TaskId, Result<Prepared>)> {
+    if restoring.is_empty() {
+        return std::future::pending().await;
+    }
+    let done = std::future::poll_fn(|cx| {
+        for (id, handle) in restoring.iter_mut() {
+            if let std::task::Poll::Ready(r) = std::pin::Pin::new(handle).poll(cx) {
+                return std::task::Poll::Ready((*id, r));
+            }
+        }
+        std::task::Poll::Pending
+    })
+    .await;
+    let (id, joined) = done;
+    restoring.remove(&id);
+    match joined {
+        Ok(result) => Some(result),
+        Err(e) => Some((
+            id,
+            Err(StreamsError::NotRunning(format!(
+                "restore of {id} stopped: {e}"
+            ))),
+        )),
+    }
+}
