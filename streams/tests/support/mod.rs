@@ -242,3 +242,37 @@ where
 pub async fn start(topology: Topology, config: StreamsConfig) -> KafkaStreams {
     KafkaStreams::start(topology, config).await.unwrap()
 }
+
+/// A crash: `id` is cut off from every broker (nothing it sends arrives any
+/// more, in-flight requests included), then its instance is dropped.
+pub async fn crash(kit: &Arc<Cluster>, brokers: i32, id: &str, instance: KafkaStreams) {
+    for b in 0..brokers {
+        kit.partition_client(
+            weir_testkit::ClientSelector::ClientId(id.to_owned()),
+            weir_testkit::PartitionTarget::Broker(b),
+        )
+        .await
+        .unwrap();
+    }
+    instance.kill();
+}
+
+/// The committed counts in task `task`'s store under `state_dir`.
+pub fn store_counts(state_dir: &std::path::Path, app: &str, task: &str) -> BTreeMap<String, u64> {
+    let store = weir_store::TaskStore::open(
+        state_dir.join(app).join(task),
+        weir_store::StoreOptions::default(),
+    )
+    .unwrap();
+    let kv = store.key_value_store("counts").unwrap();
+    kv.iter()
+        .unwrap()
+        .map(|e| {
+            let (k, v) = e.unwrap();
+            (
+                String::from_utf8(k).unwrap(),
+                u64::from_be_bytes(v.as_slice().try_into().unwrap()),
+            )
+        })
+        .collect()
+}
