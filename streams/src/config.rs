@@ -103,6 +103,11 @@ pub struct StreamsConfig {
     /// Producer properties (`linger.ms`, `compression.type`, ...).
     pub producer: ProducerOptions,
     commit_interval_set: bool,
+    /// Test-only: at-least-once without the per-task changelog fence, as
+    /// Kafka Streams runs it (`weir.internal.unfenced.changelog`). It exists
+    /// so tests can show the fence is what keeps a zombie's late writes out.
+    #[doc(hidden)]
+    pub unfenced_changelog: bool,
 }
 
 /// The properties this config reads itself; the rest go to the client,
@@ -161,6 +166,7 @@ impl StreamsConfig {
             consumer,
             producer: ProducerOptions::default(),
             commit_interval_set: false,
+            unfenced_changelog: false,
         }
     }
 
@@ -270,6 +276,9 @@ impl StreamsConfig {
                     ],
                 )
                 .map_err(|e| from_client(key, e))?
+            }
+            "weir.internal.unfenced.changelog" => {
+                self.unfenced_changelog = value == "true";
             }
             _ => self.pass_through(key, value)?,
         }

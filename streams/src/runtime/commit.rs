@@ -141,16 +141,16 @@ pub(crate) async fn commit_alos(
         ack.await
             .map_err(|e| StreamsError::client("writing outputs", e))?;
     }
-    let mut stateless: Vec<(weir_group::assignor::TopicPartition, i64)> = Vec::new();
+    let mut unfenced: Vec<(weir_group::assignor::TopicPartition, i64)> = Vec::new();
+    let mut unfenced_stores = Vec::new();
     for (id, task) in tasks.iter_mut().filter(|(_, t)| t.dirty) {
         let Some(meta) = group_metadata(rt) else {
             return Err(migrated(id, "the membership lease ended before the commit"));
         };
         let inputs = input_offsets(task);
+        let changelog = changelog_offsets(*id, std::mem::take(&mut task.changelog_acks)).await?;
         match (&task.fence, &task.store) {
             (Some(fence), Some(store)) => {
-                let changelog =
-                    changelog_offsets(*id, std::mem::take(&mut task.changelog_acks)).await?;
                 let txn = |e| StreamsError::client(format!("task {id}: committing"), e);
                 fence
                     .send_offsets_to_transaction(&inputs, &meta)
@@ -161,23 +161,32 @@ pub(crate) async fn commit_alos(
                 commit_store(*id, store, changelog, &inputs).await?;
                 fence.begin().map_err(txn)?;
             }
-            _ => stateless.extend(inputs.into_iter().map(|(tp, o)| {
-                (
-                    weir_group::assignor::TopicPartition::new(tp.topic, tp.partition),
-                    o,
-                )
-            })),
+            // Stateless tasks (and the test-only unfenced mode): a plain
+            // offset commit, checked by generation at the coordinator.
+            (_, store) => {
+                unfenced.extend(inputs.iter().map(|(tp, o)| {
+                    (
+                        weir_group::assignor::TopicPartition::new(tp.topic.clone(), tp.partition),
+                        *o,
+                    )
+                }));
+                if let Some(store) = store {
+                    unfenced_stores.push((*id, store.clone(), changelog, inputs));
+                }
+            }
         }
         task.dirty = false;
     }
-    if !stateless.is_empty() {
+    if !unfenced.is_empty() {
         let Some(meta) = rt.lease.metadata() else {
-            return Err(migrated("stateless tasks", "the membership lease ended"));
+            return Err(migrated("unfenced tasks", "the membership lease ended"));
         };
-        // Checked by generation and member id at the coordinator.
-        weir_group::offsets::commit(&rt.cluster, &meta, &stateless)
+        weir_group::offsets::commit(&rt.cluster, &meta, &unfenced)
             .await
             .map_err(|e| StreamsError::group("committing offsets", e))?;
+    }
+    for (id, store, changelog, inputs) in unfenced_stores {
+        commit_store(id, &store, changelog, &inputs).await?;
     }
     Ok(())
 }

@@ -240,6 +240,7 @@ pub(crate) async fn run(
     };
     instance.set_state(State::PendingShutdown);
     instance.shutdown_workers().await;
+    tracing::debug!(application_id = %rt.app(), "workers stopped; leaving the group");
     // A planned close leaves even as a static member, so the tasks move at
     // once instead of after the session timeout.
     member.close(ShutdownMode::Planned).await;

@@ -108,7 +108,10 @@ pub(crate) async fn prepare(rt: Arc<Runtime>, task: TaskId) -> Result<Prepared> 
     }
     let store = open_store(&rt, task).await?;
     let fence = match rt.config.guarantee {
-        ProcessingGuarantee::AtLeastOnce => Some(take_fence(&rt, task).await?),
+        ProcessingGuarantee::AtLeastOnce if !rt.config.unfenced_changelog => {
+            Some(take_fence(&rt, task).await?)
+        }
+        ProcessingGuarantee::AtLeastOnce => None,
         ProcessingGuarantee::ExactlyOnceV2 => None,
     };
     // Registers every store (a new directory creates them) before restoring.

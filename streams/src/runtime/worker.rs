@@ -8,6 +8,7 @@ use std::sync::atomic::Ordering;
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
+use tracing::Instrument;
 use weir_client::config::consumer::IsolationLevel;
 use weir_client::consumer::{Consumer, ConsumerRecord, SeekTo, TopicPartition};
 use weir_client::producer::{Producer, ProducerRecord};
@@ -163,9 +164,12 @@ impl Worker {
         self.rt.lease.is_valid()
     }
 
-    pub(crate) async fn run(mut self, mut commands: mpsc::UnboundedReceiver<WorkerCommand>) {
+    pub(crate) async fn run(self, commands: mpsc::UnboundedReceiver<WorkerCommand>) {
         let span = tracing::info_span!("stream_thread", application_id = %self.rt.app(), worker = self.index);
-        let _enter = span.enter();
+        self.run_loop(commands).instrument(span).await;
+    }
+
+    async fn run_loop(mut self, mut commands: mpsc::UnboundedReceiver<WorkerCommand>) {
         loop {
             let polling = !self.tasks.is_empty();
             tokio::select! {
@@ -182,8 +186,11 @@ impl Worker {
                     }
                     Some(WorkerCommand::Shutdown(done)) => {
                         let all: Vec<TaskId> = self.owned.keys().copied().collect();
+                        tracing::debug!(tasks = all.len(), "shutting down: committing and closing tasks");
                         self.revoke(&all).await;
+                        tracing::debug!("shutting down: closing producers");
                         self.close_producers().await;
+                        tracing::debug!("shut down");
                         let _ = done.send(());
                         return;
                     }
@@ -446,10 +453,9 @@ impl Worker {
                     (Producers::AtLeastOnce(_), Some(fence)) => {
                         Box::pin(fence.enqueue(record).await.map_err(err)?)
                     }
-                    (Producers::AtLeastOnce(_), None) => {
-                        return Err(StreamsError::NotRunning(format!(
-                            "task {id} has a changelog but no fence"
-                        )));
+                    // The test-only unfenced mode: nothing stops a zombie here.
+                    (Producers::AtLeastOnce(p), None) => {
+                        Box::pin(p.enqueue(record).await.map_err(err)?)
                     }
                 };
                 active.changelog_acks.push(ack);

@@ -126,6 +126,54 @@ pub fn word_count() -> Topology {
     b.build().unwrap()
 }
 
+struct CountKeys(KvStoreRef<String, u64>);
+
+impl Processor<String, ()> for CountKeys {
+    type KOut = String;
+    type VOut = String;
+    fn process(
+        &mut self,
+        ctx: &mut ProcessorContext<'_, String, String>,
+        r: Record<String, ()>,
+    ) -> Result<(), ProcessError> {
+        let store = ctx.kv_store(&self.0)?;
+        let n = store.get(&r.key)?.unwrap_or(0) + 1;
+        store.put(&r.key, &n, r.timestamp)?;
+        ctx.forward(Record::new(r.key, n.to_string(), r.timestamp));
+        Ok(())
+    }
+}
+
+/// One stage: records of `text` keyed by word → count (store `counts`) →
+/// word-counts. Every task is stateful.
+pub fn count_keys() -> Topology {
+    let mut b = TopologyBuilder::new();
+    let counts = b.kv_store::<String, u64>("counts");
+    let words = b.source::<String, ()>("words", &[INPUT]);
+    let c = counts.clone();
+    let counted = b.processor("count", &[&words], move || CountKeys(c.clone()), &[&counts]);
+    b.sink("out", &[&counted], OUTPUT);
+    b.build().unwrap()
+}
+
+/// Produces every word of `lines` as a record keyed by the word.
+pub async fn produce_words(kit: &Arc<Cluster>, lines: &[String]) {
+    let producer = Producer::with_cluster(client(kit, "feeder").await, Default::default()).unwrap();
+    let mut acks = Vec::new();
+    for (i, line) in lines.iter().enumerate() {
+        for w in line.split_whitespace() {
+            let record = ProducerRecord::new(INPUT)
+                .with_key(w.to_owned())
+                .with_timestamp(1_000 + i as i64);
+            acks.push(producer.enqueue(record).await.unwrap());
+        }
+    }
+    producer.flush().await;
+    for a in acks {
+        a.await.unwrap();
+    }
+}
+
 const WORDS: &[&str] = &[
     "kafka", "stream", "state", "store", "commit", "offset", "fence", "zombie", "rust", "weir",
     "river", "water", "flow", "batch", "record", "topic",
@@ -174,6 +222,16 @@ pub async fn produce_lines(kit: &Arc<Cluster>, lines: &[String]) {
 /// Every record of `topic` a read_committed consumer sees up to the last
 /// stable offset, as (partition, key, value), in offset order per partition.
 pub async fn read_committed(kit: &Arc<Cluster>, topic: &str) -> Vec<(i32, String, String)> {
+    let s = |b: Vec<u8>| String::from_utf8_lossy(&b).into_owned();
+    read_committed_raw(kit, topic)
+        .await
+        .into_iter()
+        .map(|(p, k, v)| (p, k, s(v)))
+        .collect()
+}
+
+/// As [`read_committed`], with the values as bytes.
+pub async fn read_committed_raw(kit: &Arc<Cluster>, topic: &str) -> Vec<(i32, String, Vec<u8>)> {
     let client = client(kit, "reader").await;
     let partitions = client.partition_count(topic).await.unwrap() as i32;
     let options = ConsumerOptions {
@@ -205,10 +263,8 @@ pub async fn read_committed(kit: &Arc<Cluster>, topic: &str) -> Vec<(i32, String
         }
         for r in consumer.poll_for(Duration::from_millis(100)).await.unwrap() {
             if r.offset < ends[&r.partition] {
-                let s = |b: Option<bytes::Bytes>| {
-                    String::from_utf8_lossy(&b.unwrap_or_default()).into_owned()
-                };
-                out.push((r.partition, s(r.key), s(r.value)));
+                let key = String::from_utf8_lossy(&r.key.unwrap_or_default()).into_owned();
+                out.push((r.partition, key, r.value.unwrap_or_default().to_vec()));
             }
         }
     }
