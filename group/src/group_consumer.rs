@@ -164,7 +164,7 @@ impl GroupConsumer {
                 }
                 let committed = crate::offsets::fetch_committed(
                     self.consumer.cluster(),
-                    &self.member.metadata().group_id,
+                    self.member.group_id(),
                     &added,
                     true,
                 )
@@ -228,7 +228,7 @@ impl GroupConsumer {
     pub async fn commit(&mut self) -> Result<()> {
         if !self.member.lease().is_valid() {
             return Err(GroupError::MemberStopped {
-                group: self.member.metadata().group_id,
+                group: self.member.group_id().to_owned(),
             });
         }
         let offsets: Vec<(TopicPartition, i64)> = self

@@ -428,14 +428,32 @@ impl TransactionalProducer {
     /// # Errors
     /// [`ClientError::TransactionState`] outside a transaction;
     /// [`ClientError::Transaction`], abortable for a stale membership
-    /// (`ILLEGAL_GENERATION`, `UNKNOWN_MEMBER_ID`, `FENCED_INSTANCE_ID`),
-    /// fatal when fenced.
+    /// (`ILLEGAL_GENERATION`, `UNKNOWN_MEMBER_ID`, `FENCED_INSTANCE_ID`)
+    /// and for metadata with no generation that was not built by
+    /// [`GroupMetadata::unchecked`] (its source is
+    /// [`ClientError::NoGroupGeneration`]), fatal when fenced.
     pub async fn send_offsets_to_transaction(
         &self,
         offsets: &BTreeMap<TopicPartition, i64>,
         group: &GroupMetadata,
     ) -> Result<()> {
         self.require_open("send_offsets_to_transaction")?;
+        if group.generation_id < 0 && !group.is_unchecked() {
+            // A member without a generation (dropped, left after
+            // max.poll.interval, not yet joined) would send the one
+            // metadata the coordinator never checks: its offsets would
+            // overwrite those of the partitions' new owner. The
+            // transaction becomes abortable, so its records can't commit
+            // without their offsets either.
+            return Err(self.fail(
+                "send_offsets_to_transaction",
+                ClientError::NoGroupGeneration {
+                    group: group.group_id.clone(),
+                    generation: group.generation_id,
+                    member_id: group.member_id.clone(),
+                },
+            ));
+        }
         let id = self.identity();
         let added = self.lock().groups.contains(&group.group_id);
         if !added {

@@ -172,8 +172,23 @@ impl GroupMember {
     }
 
     /// Generation, member id and instance id, as commits must carry them.
-    pub fn metadata(&self) -> GroupMetadata {
+    ///
+    /// Read it at commit time: a member that lost its generation has no
+    /// metadata to hand out, so a zombie's commit is refused here instead
+    /// of getting past the coordinator's check.
+    ///
+    /// # Errors
+    /// [`GroupError::NoGeneration`] while the member has no generation
+    /// (before its first join, after UNKNOWN_MEMBER_ID or
+    /// ILLEGAL_GENERATION, after it fenced itself or left on
+    /// `max.poll.interval.ms`, until it joins again).
+    pub fn metadata(&self) -> Result<GroupMetadata> {
         self.shared.metadata()
+    }
+
+    /// The group's id.
+    pub fn group_id(&self) -> &str {
+        &self.shared.group_id
     }
 
     /// The generation, -1 while there is none.
@@ -203,9 +218,10 @@ impl GroupMember {
     /// react to it, if the generation has not changed meanwhile.
     ///
     /// # Errors
+    /// [`GroupError::NoGeneration`] (nothing sent),
     /// [`GroupError::Coordinator`] with the code, or [`GroupError::Client`].
     pub async fn commit(&self, offsets: &[(TopicPartition, i64)]) -> Result<()> {
-        let metadata = self.metadata();
+        let metadata = self.metadata()?;
         let result = crate::offsets::commit(&self.cluster, &metadata, offsets).await;
         if let Err(GroupError::Coordinator { code, .. }) = &result {
             let _ = self.commands.send(Command::GroupError {

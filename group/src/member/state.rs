@@ -13,6 +13,25 @@ use crate::consumer_protocol::NO_GENERATION;
 
 /// Who the member is in the group right now: what commits must carry so
 /// the coordinator can reject a zombie's (KIP-447).
+///
+/// [`GroupMember::metadata`](super::GroupMember::metadata) hands it out
+/// only while the member has a generation. It converts to and from
+/// weir-client's [`GroupMetadata`](weir_client::transaction::GroupMetadata),
+/// the form `send_offsets_to_transaction` takes:
+///
+/// ```
+/// use weir_group::member::GroupMetadata;
+///
+/// let member = GroupMetadata {
+///     group_id: "orders-app".to_owned(),
+///     generation: 7,
+///     member_id: "member-1".to_owned(),
+///     instance_id: None,
+/// };
+/// let txn: weir_client::transaction::GroupMetadata = member.clone().into();
+/// assert_eq!(txn.generation_id, 7);
+/// assert_eq!(GroupMetadata::from(txn), member);
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GroupMetadata {
     /// The group.
@@ -23,6 +42,37 @@ pub struct GroupMetadata {
     pub member_id: String,
     /// `group.instance.id`, for static members.
     pub instance_id: Option<String>,
+}
+
+impl From<GroupMetadata> for weir_client::transaction::GroupMetadata {
+    /// Never [`unchecked`](weir_client::transaction::GroupMetadata::unchecked):
+    /// a member's metadata with generation -1 is refused by
+    /// `send_offsets_to_transaction`.
+    fn from(m: GroupMetadata) -> Self {
+        weir_client::transaction::GroupMetadata::new(
+            m.group_id,
+            m.generation,
+            m.member_id,
+            m.instance_id,
+        )
+    }
+}
+
+impl From<&GroupMetadata> for weir_client::transaction::GroupMetadata {
+    fn from(m: &GroupMetadata) -> Self {
+        m.clone().into()
+    }
+}
+
+impl From<weir_client::transaction::GroupMetadata> for GroupMetadata {
+    fn from(m: weir_client::transaction::GroupMetadata) -> Self {
+        GroupMetadata {
+            group_id: m.group_id,
+            generation: m.generation_id,
+            member_id: m.member_id,
+            instance_id: m.group_instance_id,
+        }
+    }
 }
 
 #[derive(Debug)]
@@ -69,14 +119,24 @@ impl Shared {
         self.identity.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    pub(crate) fn metadata(&self) -> GroupMetadata {
+    /// The metadata commits carry, or `NoGeneration` while the member has
+    /// no generation: generation -1 with an empty member id is the one
+    /// metadata the coordinator accepts on a TxnOffsetCommit unchecked, so
+    /// a member that was dropped must not hand it out.
+    pub(crate) fn metadata(&self) -> crate::Result<GroupMetadata> {
         let id = self.lock();
-        GroupMetadata {
+        if id.generation == NO_GENERATION {
+            return Err(crate::GroupError::NoGeneration {
+                group: self.group_id.clone(),
+                member_id: id.member_id.clone(),
+            });
+        }
+        Ok(GroupMetadata {
             group_id: self.group_id.clone(),
             generation: id.generation,
             member_id: id.member_id.clone(),
             instance_id: self.instance_id.clone(),
-        }
+        })
     }
 
     pub(crate) fn record_poll(&self) {
