@@ -154,6 +154,31 @@ impl Shared {
         }
     }
 
+    /// Ends the lease and forgets `generation`, if it is still the
+    /// current one; true if it was. Once the generation is gone no late
+    /// heartbeat answer can extend the lease again ([`extend_lease`]
+    /// checks it), and [`metadata`](Self::metadata) refuses.
+    ///
+    /// [`extend_lease`]: Self::extend_lease
+    pub(crate) fn end_generation(&self, generation: i32) -> bool {
+        let mut id = self.lock();
+        if id.generation != generation || generation == NO_GENERATION {
+            return false;
+        }
+        id.generation = NO_GENERATION;
+        id.lease_until = None;
+        true
+    }
+
+    /// Ends the lease, forgets the generation and gives up every owned
+    /// partition, in one step; returns what was owned.
+    pub(crate) fn drop_ownership(&self) -> BTreeSet<TopicPartition> {
+        let mut id = self.lock();
+        id.generation = NO_GENERATION;
+        id.lease_until = None;
+        std::mem::take(&mut id.owned)
+    }
+
     pub(crate) fn polled_since(&self, limit: std::time::Duration) -> bool {
         self.in_poll.load(Ordering::Acquire) || self.lock().last_poll.elapsed() <= limit
     }
@@ -185,5 +210,34 @@ impl Lease {
         id.lease_until
             .filter(|until| Instant::now() < *until)
             .map(|_| id.generation)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    #[test]
+    fn a_late_heartbeat_answer_cannot_revive_a_lease_after_the_generation_ended() {
+        let shared = Shared::new("g".to_owned(), None);
+        shared.lock().generation = 4;
+        let later = Instant::now() + Duration::from_secs(8);
+        shared.extend_lease(4, later);
+        assert_eq!(shared.lock().lease_until, Some(later));
+        // A fatal answer (or close) ends generation 4 ...
+        assert!(shared.end_generation(4));
+        assert!(!shared.end_generation(4), "only once");
+        // ... and an answer to a heartbeat of generation 4 still in flight
+        // must not bring the lease back.
+        shared.extend_lease(4, later + Duration::from_secs(1));
+        assert_eq!(shared.lock().lease_until, None);
+        assert!(shared.metadata().is_err());
+        shared.lock().generation = 5;
+        let owned = shared.drop_ownership();
+        assert!(owned.is_empty());
+        shared.extend_lease(5, later);
+        assert_eq!(shared.lock().lease_until, None);
     }
 }
