@@ -403,9 +403,17 @@ impl TransactionalProducer {
             if p.partitions.contains(tp) {
                 return Ok(());
             }
-            std::mem::take(&mut p.waiting).into_iter().collect()
+            let mut batch = std::mem::take(&mut p.waiting);
+            // Another caller's request that failed may have taken `tp`
+            // with it: it is not in the transaction, so it goes in this
+            // one (and the batch is never empty).
+            batch.insert(tp.clone());
+            batch.into_iter().collect()
         };
-        self.require_open("send")?;
+        if let Err(e) = self.require_open("send") {
+            self.put_back(batch);
+            return Err(e);
+        }
         let id = self.identity();
         match requests::add_partitions(self.cluster(), &id, &batch).await {
             Ok(()) => {
@@ -414,7 +422,21 @@ impl TransactionalProducer {
                 p.coordinator_knows = true;
                 Ok(())
             }
-            Err(e) => Err(self.fail("send", e)),
+            Err(e) => {
+                // Their callers (waiting for the turn) add them again.
+                self.put_back(batch);
+                Err(self.fail("send", e))
+            }
+        }
+    }
+
+    /// Returns partitions a failed AddPartitionsToTxn took to `waiting`.
+    fn put_back(&self, batch: Vec<TopicPartition>) {
+        let mut p = self.lock();
+        for tp in batch {
+            if !p.partitions.contains(&tp) {
+                p.waiting.insert(tp);
+            }
         }
     }
 
