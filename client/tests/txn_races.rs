@@ -96,3 +96,56 @@ async fn a_send_whose_partition_was_in_a_failed_add_partitions_adds_it_again() {
     visible.sort();
     assert_eq!(visible.len(), 2, "{visible:?}");
 }
+
+/// m19: a send admitted before `commit` began is part of the transaction,
+/// even when its AddPartitionsToTxn is still under way when `commit` is
+/// called: the commit waits for it. A send that starts after `commit`
+/// began is refused.
+#[tokio::test(start_paused = true)]
+async fn commit_waits_for_an_admitted_send_and_refuses_a_later_one() {
+    let kit = testkit(2, &["out"]).await;
+    let p = Arc::new(producer(&kit, "app", TransactionConfig::new("tx-m19")).await);
+    p.begin().unwrap();
+    kit.intercept(
+        Intercept::new(
+            RequestMatcher::api(ApiKey::AddPartitionsToTxn),
+            InterceptAction::Delay(Duration::from_secs(1)),
+        )
+        .times(1),
+    )
+    .await
+    .unwrap();
+    let early = {
+        let p = Arc::clone(&p);
+        tokio::spawn(async move {
+            p.send(
+                ProducerRecord::new("out")
+                    .with_partition(0)
+                    .with_value("early"),
+            )
+            .await
+        })
+    };
+    sleep(Duration::from_millis(10)).await;
+    let committing = {
+        let p = Arc::clone(&p);
+        tokio::spawn(async move { p.commit().await })
+    };
+    sleep(Duration::from_millis(10)).await;
+    let late = p
+        .send(
+            ProducerRecord::new("out")
+                .with_partition(1)
+                .with_value("late"),
+        )
+        .await;
+    assert!(
+        matches!(late, Err(weir_client::ClientError::TransactionState { .. })),
+        "{late:?}"
+    );
+    early.await.unwrap().unwrap();
+    committing.await.unwrap().unwrap();
+    assert_eq!(p.state(), TransactionState::Ready);
+    let visible = all_values(&read_committed(&kit, "out", 2).await);
+    assert_eq!(visible, vec!["early".to_owned()]);
+}

@@ -120,7 +120,9 @@ impl TransactionConfig {
 ///
 /// Every operation takes `&self`, so records can be sent from several tasks
 /// at once; the transaction boundaries (`begin`, `commit`, `abort`) are
-/// the caller's to order. See the [module documentation](self).
+/// the caller's to order. A `send` that started before `commit` or `abort`
+/// is part of the transaction (they wait for it); one that starts after is
+/// refused. See the [module documentation](self).
 pub struct TransactionalProducer {
     producer: Producer,
     config: TransactionConfig,
@@ -301,6 +303,17 @@ impl TransactionalProducer {
         Ok(())
     }
 
+    /// Refuses `operation` unless a transaction is open, and counts it as
+    /// pending until its outcome is known (or it fails before enqueueing).
+    fn admit(&self, operation: &'static str) -> Result<state::Admission> {
+        let p = self.lock();
+        if p.state != TransactionState::InTransaction {
+            drop(p);
+            return Err(self.refuse(operation));
+        }
+        Ok(state::Admission::new(Arc::clone(&p.outcome)))
+    }
+
     fn require_open(&self, operation: &'static str) -> Result<()> {
         if self.state() == TransactionState::InTransaction {
             Ok(())
@@ -334,7 +347,13 @@ impl TransactionalProducer {
         &self,
         mut record: ProducerRecord,
     ) -> Result<impl std::future::Future<Output = Result<RecordMetadata>> + use<>> {
-        self.require_open("send")?;
+        // Admitted (counted as pending) in the same step as the state
+        // check: `commit` or `abort`, which start by leaving
+        // InTransaction, then wait for every admitted record. Without
+        // this a send checked before the commit began could produce after
+        // the commit had stopped waiting: outside the transaction, with the
+        // coordinator left holding an open one.
+        let admitted = self.admit("send")?;
         let partition = match record.partition {
             Some(p) => p,
             None => self.choose_partition(&record).await?,
@@ -347,8 +366,7 @@ impl TransactionalProducer {
             .enqueue(record)
             .await
             .map_err(|e| self.fail("send", e))?;
-        let outcome = Arc::clone(&self.lock().outcome);
-        outcome.pending.fetch_add(1, Ordering::AcqRel);
+        let outcome = admitted.into_delivery();
         let id = self.config.transactional_id.clone();
         // A task per record, so that the outcome is recorded for `commit`
         // even when the caller drops the future it was given.
