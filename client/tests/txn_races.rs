@@ -149,3 +149,45 @@ async fn commit_waits_for_an_admitted_send_and_refuses_a_later_one() {
     let visible = all_values(&read_committed(&kit, "out", 2).await);
     assert_eq!(visible, vec!["early".to_owned()]);
 }
+
+/// m1: an abortable answer to EndTxn(commit) says "abort the transaction";
+/// `abort` must then be allowed (it was refused in Committing, and commit
+/// failed the same way again: the producer was stuck).
+#[tokio::test(start_paused = true)]
+async fn an_abortable_commit_failure_can_be_aborted() {
+    let kit = testkit(1, &["out"]).await;
+    let p = producer(&kit, "app", TransactionConfig::new("tx-m1")).await;
+    p.begin().unwrap();
+    p.send(ProducerRecord::new("out").with_partition(0).with_value("x"))
+        .await
+        .unwrap();
+    kit.intercept(
+        Intercept::new(
+            RequestMatcher::api(ApiKey::EndTxn),
+            InterceptAction::Error(59),
+        )
+        .times(1),
+    )
+    .await
+    .unwrap();
+    let err = p.commit().await.unwrap_err();
+    assert_eq!(
+        err.transaction_class(),
+        Some(TransactionErrorClass::Abortable),
+        "{err}"
+    );
+    assert_eq!(p.state(), TransactionState::Abortable);
+    p.abort().await.unwrap();
+    assert_eq!(p.state(), TransactionState::Ready);
+    assert!(all_values(&read_committed(&kit, "out", 1).await).is_empty());
+    // The producer goes on: the next transaction commits.
+    p.begin().unwrap();
+    p.send(ProducerRecord::new("out").with_partition(0).with_value("y"))
+        .await
+        .unwrap();
+    p.commit().await.unwrap();
+    assert_eq!(
+        all_values(&read_committed(&kit, "out", 1).await),
+        vec!["y".to_owned()]
+    );
+}

@@ -226,7 +226,17 @@ impl TransactionalProducer {
                     p.state = TransactionState::Fatal;
                     p.fatal_cause = source.kafka_code().map(|c| c.code);
                 }
-                TransactionErrorClass::Abortable if p.state == TransactionState::InTransaction => {
+                // Committing too (Java's COMMITTING_TRANSACTION ->
+                // ABORTABLE_ERROR): an abortable EndTxn(commit) answer
+                // (UNKNOWN_PRODUCER_ID, an unclassified code) tells the
+                // caller to abort, and abort must then be allowed, or the
+                // producer is stuck.
+                TransactionErrorClass::Abortable
+                    if matches!(
+                        p.state,
+                        TransactionState::InTransaction | TransactionState::Committing
+                    ) =>
+                {
                     p.state = TransactionState::Abortable;
                 }
                 _ => {}

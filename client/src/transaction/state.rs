@@ -17,7 +17,7 @@ use crate::producer::{RecordMetadata, TopicPartition};
 /// Uninitialized --init_transactions--> Ready --begin--> InTransaction
 /// InTransaction --commit--> Committing --EndTxn ok--> Ready
 /// InTransaction | Abortable --abort--> Aborting --EndTxn ok--> Ready
-/// InTransaction --abortable error--> Abortable
+/// InTransaction | Committing --abortable error--> Abortable
 /// any --fenced--> Fatal (final)
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
