@@ -4,7 +4,8 @@
 //! time; the producer's transaction-coordinator requests and its
 //! TxnOffsetCommit must not wait behind it (KIP-429: a cooperative member
 //! goes on processing, and committing, its retained partitions while the
-//! group rebalances).
+//! group rebalances). And m17: a TxnOffsetCommit refused as a stale
+//! membership, sent through the member, ends the member's lease.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -130,4 +131,56 @@ async fn a_transaction_commits_while_the_members_own_join_group_is_parked() {
     drop(a.stop().await);
     drop(b.stop().await);
     drop(c.stop().await);
+}
+
+/// m17: a TxnOffsetCommit refused with UNKNOWN_MEMBER_ID is the strongest
+/// sign that the member is a zombie; sent through the member, the refusal
+/// ends its lease at once and its partitions are reported lost, as a
+/// refused plain commit does.
+#[tokio::test(start_paused = true)]
+async fn a_txn_offset_commit_refused_as_unknown_member_ends_the_lease() {
+    let tk = testkit(2).await;
+    let shared = Cluster::connect(
+        weir_integration::testkit_dial::client_config(&tk, "a")
+            .build()
+            .unwrap(),
+    )
+    .await
+    .unwrap();
+    let producer = TransactionalProducer::with_cluster(
+        shared.clone(),
+        Default::default(),
+        TransactionConfig::new("tx-a"),
+    )
+    .unwrap();
+    producer.init_transactions().await.unwrap();
+    let mut a = GroupMember::start(shared.clone(), config("g")).unwrap();
+    match a.next_event().await.unwrap() {
+        weir_group::member::AssignmentEvent::Assigned(p) => assert_eq!(p.len(), 2),
+        other => panic!("a's first event: {other:?}"),
+    }
+    producer.begin().unwrap();
+    fail_next(&tk, "a", ApiKey::TxnOffsetCommit, 25).await; // UNKNOWN_MEMBER_ID
+    let offsets = BTreeMap::from([(ClientPartition::new(TOPIC, 0), 1)]);
+    let err = a
+        .send_offsets_to_transaction(&producer, &offsets)
+        .await
+        .unwrap_err();
+    assert_eq!(
+        err.transaction_class(),
+        Some(weir_client::transaction::TransactionErrorClass::Abortable),
+        "{err}"
+    );
+    sleep(Duration::from_millis(10)).await;
+    assert!(
+        !a.lease().is_valid(),
+        "the lease outlived UNKNOWN_MEMBER_ID"
+    );
+    match a.next_event().await.unwrap() {
+        weir_group::member::AssignmentEvent::Lost(p) => assert_eq!(p.len(), 2),
+        other => panic!("a after the refusal: {other:?}"),
+    }
+    producer.abort().await.unwrap();
+    producer.close().await;
+    a.close(weir_group::member::ShutdownMode::Default).await;
 }
