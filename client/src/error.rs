@@ -210,6 +210,21 @@ pub enum ClientError {
         /// Why, e.g. "before begin".
         state: &'static str,
     },
+    /// Group metadata without a generation was passed where a member's is
+    /// needed (a member that was dropped, or has not joined yet): its
+    /// offsets would get past the coordinator's zombie check (KIP-447).
+    /// Nothing was sent.
+    #[error(
+        "group {group}: metadata has no generation ({generation}, member id {member_id:?}); refusing to commit offsets with it"
+    )]
+    NoGroupGeneration {
+        /// The group.
+        group: String,
+        /// The generation the metadata carried.
+        generation: i32,
+        /// The member id it carried.
+        member_id: String,
+    },
     /// A transaction failed. `class` says what the caller must do next:
     /// see [`crate::transaction::TransactionErrorClass`].
     #[error("transactional producer {transactional_id}: {operation} failed ({class}): {source}")]

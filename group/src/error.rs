@@ -105,6 +105,19 @@ pub enum GroupError {
         /// The instance id.
         instance_id: String,
     },
+    /// The member has no generation right now (before its first join,
+    /// after it was dropped, or after it left on `max.poll.interval.ms`
+    /// and before it rejoined): it owns nothing, and it has no group
+    /// metadata a commit could carry.
+    #[error(
+        "group {group}: the member has no generation (member id {member_id:?}); it owns no partitions and cannot commit"
+    )]
+    NoGeneration {
+        /// The group.
+        group: String,
+        /// The member id it still has (empty after UNKNOWN_MEMBER_ID).
+        member_id: String,
+    },
     /// The membership has ended (closed, fenced or failed) and cannot serve
     /// the request.
     #[error("group {group}: the member has stopped")]

@@ -6,7 +6,7 @@
 //! - `Revoked`: commit the positions of the revoked partitions, then ack;
 //! - `Lost`: stop delivering those partitions at once, commit nothing.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use weir_client::config::consumer::ConsumerConfig;
 use weir_client::consumer::{Consumer, ConsumerRecord, SeekTo};
@@ -59,6 +59,9 @@ pub struct GroupConsumer {
     /// The next offset to commit, per owned partition, once something was
     /// consumed from it.
     positions: BTreeMap<TopicPartition, i64>,
+    /// Assigned partitions whose committed offsets could not be fetched
+    /// yet: owned, but not consumed until a later poll fetches them.
+    starting: BTreeSet<TopicPartition>,
     listener: Option<RebalanceListener>,
 }
 
@@ -87,6 +90,7 @@ impl GroupConsumer {
             member,
             consumer,
             positions: BTreeMap::new(),
+            starting: BTreeSet::new(),
             listener: None,
         })
     }
@@ -120,6 +124,10 @@ impl GroupConsumer {
     pub async fn poll(&mut self) -> Result<Vec<ConsumerRecord>> {
         loop {
             self.member.record_poll();
+            // Partitions whose offsets a previous poll failed to fetch
+            // (UNSTABLE_OFFSET_COMMIT past default.api.timeout) are tried
+            // again on every poll until they start.
+            self.start_assigned().await?;
             let lease = self.member.lease();
             // Without a valid lease, nothing is delivered: the member may be
             // about to lose its partitions (or is between generations).
@@ -159,28 +167,10 @@ impl GroupConsumer {
     async fn handle(&mut self, event: AssignmentEvent) -> Result<()> {
         match event {
             AssignmentEvent::Assigned(added) => {
-                if added.is_empty() {
-                    return Ok(());
-                }
-                let committed = crate::offsets::fetch_committed(
-                    self.consumer.cluster(),
-                    &self.member.metadata().group_id,
-                    &added,
-                    true,
-                )
-                .await?;
-                let mut all = self.consumer.assignment();
-                all.extend(added.iter().map(to_client));
-                self.consumer.assign(all);
-                for tp in &added {
-                    if let Some(offset) = committed.get(tp) {
-                        self.consumer
-                            .seek(&to_client(tp), SeekTo::Offset(*offset))
-                            .map_err(|e| client_error("seeking", &e))?;
-                    }
-                }
-                self.notify(AssignmentChange::Assigned, &added);
-                tracing::info!(partitions = added.len(), "assigned");
+                // Recorded before the fetch: if it fails, the event is
+                // consumed but the partitions are not forgotten.
+                self.starting.extend(added);
+                self.start_assigned().await?;
             }
             AssignmentEvent::Revoked(revocation) => {
                 let offsets: Vec<(TopicPartition, i64)> = revocation
@@ -206,9 +196,43 @@ impl GroupConsumer {
         Ok(())
     }
 
+    /// Fetches the committed offsets of the partitions assigned but not
+    /// started, then consumes them from there.
+    async fn start_assigned(&mut self) -> Result<()> {
+        if self.starting.is_empty() {
+            return Ok(());
+        }
+        let added: Vec<TopicPartition> = self.starting.iter().cloned().collect();
+        let committed = crate::offsets::fetch_committed(
+            self.consumer.cluster(),
+            self.member.group_id(),
+            &added,
+            true,
+        )
+        .await
+        .inspect_err(|e| {
+            tracing::warn!(group = %self.member.group_id(), partitions = added.len(), error = %e, "committed offsets not fetched; trying again on the next poll");
+        })?;
+        self.starting.clear();
+        let mut all = self.consumer.assignment();
+        all.extend(added.iter().map(to_client));
+        self.consumer.assign(all);
+        for tp in &added {
+            if let Some(offset) = committed.get(tp) {
+                self.consumer
+                    .seek(&to_client(tp), SeekTo::Offset(*offset))
+                    .map_err(|e| client_error("seeking", &e))?;
+            }
+        }
+        self.notify(AssignmentChange::Assigned, &added);
+        tracing::info!(partitions = added.len(), "assigned");
+        Ok(())
+    }
+
     fn drop_partitions(&mut self, partitions: &[TopicPartition]) {
         for tp in partitions {
             self.positions.remove(tp);
+            self.starting.remove(tp);
         }
         let gone: Vec<producer::TopicPartition> = partitions.iter().map(to_client).collect();
         let keep: Vec<producer::TopicPartition> = self
@@ -228,7 +252,7 @@ impl GroupConsumer {
     pub async fn commit(&mut self) -> Result<()> {
         if !self.member.lease().is_valid() {
             return Err(GroupError::MemberStopped {
-                group: self.member.metadata().group_id,
+                group: self.member.group_id().to_owned(),
             });
         }
         let offsets: Vec<(TopicPartition, i64)> = self

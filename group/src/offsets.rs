@@ -24,7 +24,7 @@ use crate::{GroupError, Result};
 
 /// Codes that say the member's view of the group is out of date: final for
 /// this commit, and the member must react (rejoin, or stop).
-fn is_membership_code(code: i16) -> bool {
+pub(crate) fn is_membership_code(code: i16) -> bool {
     matches!(
         code,
         codes::UNKNOWN_MEMBER_ID

@@ -181,7 +181,7 @@ async fn fail_commit(code: i16, expected: Reaction) {
         AssignmentEvent::Assigned(p) => assert_eq!(p.len(), 2),
         other => panic!("unexpected {other:?}"),
     }
-    let member_id = member.metadata().member_id;
+    let member_id = member.metadata().unwrap().member_id;
     let joins_before = join_member_ids(&tk, "a").await.len();
     let finds_before = requests_of(&tk, ApiKey::FindCoordinator, "a").await.len();
     fail_next(&tk, "a", ApiKey::OffsetCommit, code).await;

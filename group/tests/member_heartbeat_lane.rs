@@ -29,7 +29,7 @@ async fn a_commit_slower_than_the_session_does_not_hold_back_heartbeats() {
         other => panic!("unexpected {other:?}"),
     }
     let generation = member.generation();
-    let member_id = member.metadata().member_id;
+    let member_id = member.metadata().unwrap().member_id;
 
     // The coordinator takes 2.5 sessions to answer the commit.
     let slow = SESSION * 5 / 2;
@@ -69,7 +69,7 @@ async fn a_commit_slower_than_the_session_does_not_hold_back_heartbeats() {
     // Still the same member of the same generation, owning the same
     // partitions, with a lease that holds: nothing was lost or rebalanced.
     assert_eq!(member.generation(), generation);
-    assert_eq!(member.metadata().member_id, member_id);
+    assert_eq!(member.metadata().unwrap().member_id, member_id);
     assert_eq!(member.assignment().len(), 2);
     assert!(member.lease().is_valid());
     let event = tokio::time::timeout(Duration::from_millis(1), member.next_event()).await;

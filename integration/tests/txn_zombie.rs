@@ -25,6 +25,7 @@ use weir_client::transaction::{
     GroupMetadata, TransactionConfig, TransactionErrorClass, TransactionalProducer,
     fetch_stable_offsets,
 };
+use weir_group::GroupError;
 use weir_group::assignor::{Assignor, TopicPartition as GroupPartition};
 use weir_group::member::{AssignmentEvent, GroupMember, MemberConfig};
 use weir_integration::testkit_dial::client_config;
@@ -58,13 +59,7 @@ fn member_config() -> MemberConfig {
 
 /// The group metadata a transactional offset commit carries.
 fn txn_metadata(member: &GroupMember) -> GroupMetadata {
-    let m = member.metadata();
-    GroupMetadata {
-        group_id: m.group_id,
-        generation_id: m.generation,
-        member_id: m.member_id,
-        group_instance_id: m.instance_id,
-    }
+    member.metadata().unwrap().into()
 }
 
 fn all_inputs() -> BTreeSet<GroupPartition> {
@@ -324,4 +319,164 @@ async fn a_member_that_lost_its_partitions_cannot_commit_output_or_offsets() {
     );
     drop(a);
     b.close(weir_group::member::ShutdownMode::Default).await;
+}
+
+/// C1: a dynamic member that stopped polling past `max.poll.interval.ms`
+/// leaves the group and resets its identity. If it then reads its group
+/// metadata at commit time, as a processing loop does, that metadata must
+/// not get its offsets past the KIP-447 fence (generation -1 with an empty
+/// member id is the one combination the coordinator never checks).
+#[tokio::test(start_paused = true)]
+async fn a_member_that_left_after_max_poll_interval_cannot_commit_with_its_reset_identity() {
+    const MAX_POLL: Duration = Duration::from_secs(2);
+    let kit: Kit = Arc::new(
+        weir_testkit::Cluster::builder()
+            .group_initial_rebalance_delay(Duration::ZERO)
+            .build()
+            .await
+            .unwrap(),
+    );
+    kit.create_topic(INPUT, INPUT_PARTITIONS, [] as [(&str, &str); 0])
+        .await
+        .unwrap();
+    kit.create_topic(OUTPUT, 1, [] as [(&str, &str); 0])
+        .await
+        .unwrap();
+    let loader = Producer::with_cluster(client(&kit, "loader").await, Default::default()).unwrap();
+    for i in 0..INPUTS {
+        loader
+            .send(
+                ProducerRecord::new(INPUT)
+                    .with_partition(i % INPUT_PARTITIONS)
+                    .with_value(format!("{i}")),
+            )
+            .await
+            .unwrap();
+    }
+    loader.close().await;
+
+    // A joins (dynamic, short max.poll.interval) and owns everything.
+    let mut a = GroupMember::start(
+        client(&kit, "a-member").await,
+        member_config().with_max_poll_interval(MAX_POLL),
+    )
+    .unwrap();
+    match a.next_event().await.unwrap() {
+        AssignmentEvent::Assigned(p) => {
+            assert_eq!(p.into_iter().collect::<BTreeSet<_>>(), all_inputs())
+        }
+        other => panic!("A's first event: {other:?}"),
+    }
+    let a_producer = transactional(&kit, "a-producer", "tx-a").await;
+    a_producer.begin().unwrap();
+    let a_input = read_input(&kit, "a-consumer", &BTreeMap::new()).await;
+    for (_, _, v) in &a_input {
+        a_producer
+            .send(ProducerRecord::new(OUTPUT).with_value(format!("a-{v}")))
+            .await
+            .unwrap();
+    }
+
+    // A's processing stalls: it does not poll, and its actor leaves the
+    // group once max.poll.interval.ms has passed.
+    let stalled_at = Instant::now();
+    while a.generation() >= 0 {
+        assert!(
+            stalled_at.elapsed() < SESSION,
+            "A never left after max.poll.interval"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(!a.lease().is_valid());
+
+    // B joins the group A left and gets everything at once.
+    let mut b = GroupMember::start(client(&kit, "b-member").await, member_config()).unwrap();
+    match b.next_event().await.unwrap() {
+        AssignmentEvent::Assigned(p) => {
+            assert_eq!(p.into_iter().collect::<BTreeSet<_>>(), all_inputs())
+        }
+        other => panic!("B's first event: {other:?}"),
+    }
+    let b_group = txn_metadata(&b);
+    let b_producer = transactional(&kit, "b-producer", "tx-b").await;
+    b_producer.begin().unwrap();
+    let b_input = read_input(&kit, "b-consumer", &BTreeMap::new()).await;
+    for (_, _, v) in &b_input {
+        b_producer
+            .send(ProducerRecord::new(OUTPUT).with_value(format!("b-{v}")))
+            .await
+            .unwrap();
+    }
+    let ends = ends_of(&b_input);
+    b_producer
+        .send_offsets_to_transaction(&ends, &b_group)
+        .await
+        .unwrap();
+    b_producer.commit().await.unwrap();
+
+    // A resumes and commits the usual way, reading its metadata now. It
+    // had processed only the first record of each partition: offsets that
+    // would move the group back if they got through.
+    let a_offsets: BTreeMap<TopicPartition, i64> =
+        client_partitions().into_iter().map(|tp| (tp, 1)).collect();
+    match a.metadata() {
+        Err(GroupError::NoGeneration { group, .. }) => assert_eq!(group, GROUP),
+        other => panic!("A's metadata after it left: {other:?}"),
+    }
+    // A caller that builds the reset identity by hand is refused by the
+    // producer itself, before anything reaches the coordinator.
+    let offset_commits_before = txn_offset_commits(&kit).await;
+    let reset = GroupMetadata::new(GROUP, a.generation(), "", None);
+    let err = a_producer
+        .send_offsets_to_transaction(&a_offsets, &reset)
+        .await
+        .unwrap_err();
+    assert_eq!(
+        err.transaction_class(),
+        Some(TransactionErrorClass::Abortable),
+        "{err}"
+    );
+    assert!(
+        matches!(
+            &err,
+            weir_client::ClientError::Transaction { source, .. }
+                if matches!(**source, weir_client::ClientError::NoGroupGeneration { .. })
+        ),
+        "{err}"
+    );
+    assert_eq!(txn_offset_commits(&kit).await, offset_commits_before);
+    let refused = a_producer.commit().await.unwrap_err();
+    assert_eq!(
+        refused.transaction_class(),
+        Some(TransactionErrorClass::Abortable),
+        "{refused}"
+    );
+    a_producer.abort().await.unwrap();
+
+    // Only B's output is visible, and the offsets are still B's.
+    let mut out = committed_output(&kit).await;
+    out.sort();
+    let mut expected: Vec<String> = (0..INPUTS).map(|i| format!("b-{i}")).collect();
+    expected.sort();
+    assert_eq!(out, expected);
+    let committed = fetch_stable_offsets(
+        &client(&kit, "offsets-2").await,
+        GROUP,
+        &client_partitions(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(committed, ends);
+    drop(a);
+    b.close(weir_group::member::ShutdownMode::Default).await;
+}
+
+/// How many TxnOffsetCommit requests the testkit has received.
+async fn txn_offset_commits(kit: &Kit) -> usize {
+    kit.requests()
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|r| r.api_key == weir_protocol::ApiKey::TxnOffsetCommit)
+        .count()
 }

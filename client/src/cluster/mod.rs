@@ -63,14 +63,23 @@ pub type BrokerId = i32;
 /// in order: a fetch that long-polls for 500 ms must not hold up a heartbeat
 /// or a produce behind it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[non_exhaustive]
 pub enum Lane {
     /// Produce requests and the producer's InitProducerId.
     Produce,
     /// Fetch and ListOffsets for the consumer.
     Fetch,
-    /// Group and transaction coordinator traffic: join, sync, commits,
-    /// AddPartitionsToTxn, EndTxn.
+    /// Group coordinator traffic of a group member: join, sync, commits,
+    /// offset fetches.
     Coordinator,
+    /// A transactional producer's requests: InitProducerId,
+    /// AddPartitionsToTxn, AddOffsetsToTxn and EndTxn to the transaction
+    /// coordinator, TxnOffsetCommit to the group coordinator. Kept off
+    /// [`Coordinator`](Lane::Coordinator): a member's JoinGroup is parked
+    /// there for the whole rebalance, and a cooperative member must be able
+    /// to commit a transaction meanwhile (KIP-429); Java's producer has
+    /// connections of its own for the same reason.
+    Transaction,
     /// Metadata, FindCoordinator and admin requests.
     Metadata,
     /// A group member's Heartbeat and LeaveGroup requests, which must never

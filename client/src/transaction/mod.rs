@@ -120,7 +120,9 @@ impl TransactionConfig {
 ///
 /// Every operation takes `&self`, so records can be sent from several tasks
 /// at once; the transaction boundaries (`begin`, `commit`, `abort`) are
-/// the caller's to order. See the [module documentation](self).
+/// the caller's to order. A `send` that started before `commit` or `abort`
+/// is part of the transaction (they wait for it); one that starts after is
+/// refused. See the [module documentation](self).
 pub struct TransactionalProducer {
     producer: Producer,
     config: TransactionConfig,
@@ -224,7 +226,17 @@ impl TransactionalProducer {
                     p.state = TransactionState::Fatal;
                     p.fatal_cause = source.kafka_code().map(|c| c.code);
                 }
-                TransactionErrorClass::Abortable if p.state == TransactionState::InTransaction => {
+                // Committing too (Java's COMMITTING_TRANSACTION ->
+                // ABORTABLE_ERROR): an abortable EndTxn(commit) answer
+                // (UNKNOWN_PRODUCER_ID, an unclassified code) tells the
+                // caller to abort, and abort must then be allowed, or the
+                // producer is stuck.
+                TransactionErrorClass::Abortable
+                    if matches!(
+                        p.state,
+                        TransactionState::InTransaction | TransactionState::Committing
+                    ) =>
+                {
                     p.state = TransactionState::Abortable;
                 }
                 _ => {}
@@ -301,6 +313,17 @@ impl TransactionalProducer {
         Ok(())
     }
 
+    /// Refuses `operation` unless a transaction is open, and counts it as
+    /// pending until its outcome is known (or it fails before enqueueing).
+    fn admit(&self, operation: &'static str) -> Result<state::Admission> {
+        let p = self.lock();
+        if p.state != TransactionState::InTransaction {
+            drop(p);
+            return Err(self.refuse(operation));
+        }
+        Ok(state::Admission::new(Arc::clone(&p.outcome)))
+    }
+
     fn require_open(&self, operation: &'static str) -> Result<()> {
         if self.state() == TransactionState::InTransaction {
             Ok(())
@@ -334,7 +357,13 @@ impl TransactionalProducer {
         &self,
         mut record: ProducerRecord,
     ) -> Result<impl std::future::Future<Output = Result<RecordMetadata>> + use<>> {
-        self.require_open("send")?;
+        // Admitted (counted as pending) in the same step as the state
+        // check: `commit` or `abort`, which start by leaving
+        // InTransaction, then wait for every admitted record. Without
+        // this a send checked before the commit began could produce after
+        // the commit had stopped waiting: outside the transaction, with the
+        // coordinator left holding an open one.
+        let admitted = self.admit("send")?;
         let partition = match record.partition {
             Some(p) => p,
             None => self.choose_partition(&record).await?,
@@ -347,8 +376,7 @@ impl TransactionalProducer {
             .enqueue(record)
             .await
             .map_err(|e| self.fail("send", e))?;
-        let outcome = Arc::clone(&self.lock().outcome);
-        outcome.pending.fetch_add(1, Ordering::AcqRel);
+        let outcome = admitted.into_delivery();
         let id = self.config.transactional_id.clone();
         // A task per record, so that the outcome is recorded for `commit`
         // even when the caller drops the future it was given.
@@ -403,9 +431,17 @@ impl TransactionalProducer {
             if p.partitions.contains(tp) {
                 return Ok(());
             }
-            std::mem::take(&mut p.waiting).into_iter().collect()
+            let mut batch = std::mem::take(&mut p.waiting);
+            // Another caller's request that failed may have taken `tp`
+            // with it: it is not in the transaction, so it goes in this
+            // one (and the batch is never empty).
+            batch.insert(tp.clone());
+            batch.into_iter().collect()
         };
-        self.require_open("send")?;
+        if let Err(e) = self.require_open("send") {
+            self.put_back(batch);
+            return Err(e);
+        }
         let id = self.identity();
         match requests::add_partitions(self.cluster(), &id, &batch).await {
             Ok(()) => {
@@ -414,7 +450,21 @@ impl TransactionalProducer {
                 p.coordinator_knows = true;
                 Ok(())
             }
-            Err(e) => Err(self.fail("send", e)),
+            Err(e) => {
+                // Their callers (waiting for the turn) add them again.
+                self.put_back(batch);
+                Err(self.fail("send", e))
+            }
+        }
+    }
+
+    /// Returns partitions a failed AddPartitionsToTxn took to `waiting`.
+    fn put_back(&self, batch: Vec<TopicPartition>) {
+        let mut p = self.lock();
+        for tp in batch {
+            if !p.partitions.contains(&tp) {
+                p.waiting.insert(tp);
+            }
         }
     }
 
@@ -428,14 +478,32 @@ impl TransactionalProducer {
     /// # Errors
     /// [`ClientError::TransactionState`] outside a transaction;
     /// [`ClientError::Transaction`], abortable for a stale membership
-    /// (`ILLEGAL_GENERATION`, `UNKNOWN_MEMBER_ID`, `FENCED_INSTANCE_ID`),
-    /// fatal when fenced.
+    /// (`ILLEGAL_GENERATION`, `UNKNOWN_MEMBER_ID`, `FENCED_INSTANCE_ID`)
+    /// and for metadata with no generation that was not built by
+    /// [`GroupMetadata::unchecked`] (its source is
+    /// [`ClientError::NoGroupGeneration`]), fatal when fenced.
     pub async fn send_offsets_to_transaction(
         &self,
         offsets: &BTreeMap<TopicPartition, i64>,
         group: &GroupMetadata,
     ) -> Result<()> {
         self.require_open("send_offsets_to_transaction")?;
+        if group.generation_id < 0 && !group.is_unchecked() {
+            // A member without a generation (dropped, left after
+            // max.poll.interval, not yet joined) would send the one
+            // metadata the coordinator never checks: its offsets would
+            // overwrite those of the partitions' new owner. The
+            // transaction becomes abortable, so its records can't commit
+            // without their offsets either.
+            return Err(self.fail(
+                "send_offsets_to_transaction",
+                ClientError::NoGroupGeneration {
+                    group: group.group_id.clone(),
+                    generation: group.generation_id,
+                    member_id: group.member_id.clone(),
+                },
+            ));
+        }
         let id = self.identity();
         let added = self.lock().groups.contains(&group.group_id);
         if !added {

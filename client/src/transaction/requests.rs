@@ -107,7 +107,7 @@ pub(crate) async fn init_producer_id(
         |broker| {
             let request = &request;
             async move {
-                let r = cluster.request(broker, Lane::Coordinator, request).await?;
+                let r = cluster.request(broker, Lane::Transaction, request).await?;
                 ClientError::check(r.error_code, ApiKey::InitProducerId, None, None)?;
                 Ok((r.producer_id.0, r.producer_epoch))
             }
@@ -147,7 +147,7 @@ pub(crate) async fn add_partitions(
         |broker| {
             let request = &request;
             async move {
-                let r = cluster.request(broker, Lane::Coordinator, request).await?;
+                let r = cluster.request(broker, Lane::Transaction, request).await?;
                 ClientError::check(r.error_code, ApiKey::AddPartitionsToTxn, None, None)?;
                 // OPERATION_NOT_ATTEMPTED only says another partition failed:
                 // report the one that did.
@@ -190,7 +190,7 @@ pub(crate) async fn add_offsets(cluster: &Cluster, id: &TxnIdentity, group: &str
         |broker| {
             let request = &request;
             async move {
-                let r = cluster.request(broker, Lane::Coordinator, request).await?;
+                let r = cluster.request(broker, Lane::Transaction, request).await?;
                 ClientError::check(r.error_code, ApiKey::AddOffsetsToTxn, Some(group), None)
             }
         },
@@ -241,7 +241,7 @@ pub(crate) async fn txn_offset_commit(
         |broker| {
             let request = &request;
             async move {
-                let r = cluster.request(broker, Lane::Coordinator, request).await?;
+                let r = cluster.request(broker, Lane::Transaction, request).await?;
                 for t in &r.topics {
                     for p in &t.partitions {
                         ClientError::check(
@@ -276,7 +276,7 @@ pub(crate) async fn end_txn(cluster: &Cluster, id: &TxnIdentity, commit: bool) -
         |broker| {
             let request = &request;
             async move {
-                let r = cluster.request(broker, Lane::Coordinator, request).await?;
+                let r = cluster.request(broker, Lane::Transaction, request).await?;
                 ClientError::check(r.error_code, ApiKey::EndTxn, None, None)
             }
         },

@@ -17,7 +17,7 @@ use crate::producer::{RecordMetadata, TopicPartition};
 /// Uninitialized --init_transactions--> Ready --begin--> InTransaction
 /// InTransaction --commit--> Committing --EndTxn ok--> Ready
 /// InTransaction | Abortable --abort--> Aborting --EndTxn ok--> Ready
-/// InTransaction --abortable error--> Abortable
+/// InTransaction | Committing --abortable error--> Abortable
 /// any --fenced--> Fatal (final)
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -109,6 +109,14 @@ impl Outcome {
         }
     }
 
+    /// One admitted record gave up before it was enqueued: it has no
+    /// outcome to record.
+    fn release(&self) {
+        if self.pending.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.settled.notify_waiters();
+        }
+    }
+
     pub async fn wait_settled(&self) {
         loop {
             let settled = self.settled.notified();
@@ -123,6 +131,43 @@ impl Outcome {
 
     pub fn first_failure(&self) -> Option<(TransactionErrorClass, Option<i16>)> {
         *self.failure.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// A send admitted into the open transaction: counted as pending in
+/// [`Outcome`] from its admission, so a commit that begins meanwhile waits
+/// for it. Dropped before [`into_delivery`](Self::into_delivery) (the send
+/// failed before its record was enqueued), it releases the count.
+#[derive(Debug)]
+pub(super) struct Admission {
+    outcome: std::sync::Arc<Outcome>,
+    /// Whether dropping this still owes the count back.
+    armed: bool,
+}
+
+impl Admission {
+    /// Counts one more pending record; call with the progress lock held.
+    pub fn new(outcome: std::sync::Arc<Outcome>) -> Self {
+        outcome.pending.fetch_add(1, Ordering::AcqRel);
+        Admission {
+            outcome,
+            armed: true,
+        }
+    }
+
+    /// The record was enqueued: its delivery task now owns the count and
+    /// settles it with [`Outcome::record`].
+    pub fn into_delivery(mut self) -> std::sync::Arc<Outcome> {
+        self.armed = false;
+        std::sync::Arc::clone(&self.outcome)
+    }
+}
+
+impl Drop for Admission {
+    fn drop(&mut self) {
+        if self.armed {
+            self.outcome.release();
+        }
     }
 }
 

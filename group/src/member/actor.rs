@@ -43,6 +43,10 @@ pub(crate) struct Membership {
     outcomes_tx: mpsc::UnboundedSender<Outcome>,
     outcomes: mpsc::UnboundedReceiver<Outcome>,
     heartbeat: Option<JoinHandle<()>>,
+    /// The generation the running heartbeat task belongs to. Kept here
+    /// because the heartbeat task resets the shared one on a fatal answer,
+    /// and its outcome must still be recognised as current.
+    generation: i32,
     backoff: Duration,
 }
 
@@ -66,6 +70,7 @@ impl Membership {
             outcomes_tx,
             outcomes,
             heartbeat: None,
+            generation: NO_GENERATION,
             backoff,
         }
     }
@@ -98,6 +103,8 @@ impl Membership {
                 Flow::Fatal(error) => {
                     tracing::error!(group = %self.config.group_id, %error, "membership failed");
                     self.stop_heartbeat();
+                    // The generation goes too: a heartbeat answer still in
+                    // flight must not extend the lease again.
                     self.lose_all("fatal error").await;
                     let _ = self.events.send(Err(error)).await;
                     return;
@@ -125,11 +132,11 @@ impl Membership {
     /// Gives up every partition without a revoke. The lease ends before
     /// the event is even queued, so writers stop at once.
     async fn lose_all(&self, why: &str) {
-        let owned = {
-            let mut id = self.shared.lock();
-            id.lease_until = None;
-            std::mem::take(&mut id.owned)
-        };
+        let owned = self.shared.drop_ownership();
+        self.report_lost(owned, why).await;
+    }
+
+    async fn report_lost(&self, owned: BTreeSet<TopicPartition>, why: &str) {
         if !owned.is_empty() {
             tracing::warn!(group = %self.config.group_id, partitions = owned.len(), why, "partitions lost");
             self.emit(AssignmentEvent::Lost(owned.into_iter().collect()))
@@ -347,6 +354,7 @@ impl Membership {
             Err(e) => return Flow::Fatal(e),
         };
         self.shared.extend_lease(generation, sync_sent + session);
+        self.generation = generation;
         self.heartbeat = Some(tokio::spawn(
             Heartbeat {
                 cluster: self.cluster.clone(),
@@ -358,10 +366,15 @@ impl Membership {
             }
             .run(),
         ));
-        self.apply(assigned, eager).await
+        self.apply(assigned, eager, generation).await
     }
 
-    async fn apply(&mut self, assigned: BTreeSet<TopicPartition>, eager: bool) -> Flow {
+    async fn apply(
+        &mut self,
+        assigned: BTreeSet<TopicPartition>,
+        eager: bool,
+        generation: i32,
+    ) -> Flow {
         let owned = self.shared.lock().owned.clone();
         let revoked: BTreeSet<TopicPartition> = owned.difference(&assigned).cloned().collect();
         let added: BTreeSet<TopicPartition> = assigned.difference(&owned).cloned().collect();
@@ -370,7 +383,16 @@ impl Membership {
             // can get it in the next round.
             self.revoke(revoked.clone()).await;
         }
-        self.shared.lock().owned.extend(added.iter().cloned());
+        {
+            let mut id = self.shared.lock();
+            if id.generation != generation {
+                // The heartbeat task was told this member is out while the
+                // revocation waited: nothing is added, and the outcome
+                // waiting in `stable` loses what is left.
+                return Flow::Stable;
+            }
+            id.owned.extend(added.iter().cloned());
+        }
         self.emit(AssignmentEvent::Assigned(added.into_iter().collect()))
             .await;
         if !eager && !revoked.is_empty() {
@@ -380,8 +402,8 @@ impl Membership {
     }
 
     async fn stable(&mut self, commands: &mut mpsc::UnboundedReceiver<Command>) -> Flow {
+        let generation = self.generation;
         loop {
-            let generation = self.shared.lock().generation;
             tokio::select! {
                 outcome = self.outcomes.recv() => {
                     let Some(outcome) = outcome else { continue };
@@ -419,13 +441,15 @@ impl Membership {
         commands: &mut mpsc::UnboundedReceiver<Command>,
     ) -> Flow {
         tracing::warn!(group = %self.config.group_id, "not polled within max.poll.interval.ms: leaving the group");
+        // The coordinator may rebalance the moment it reads the LeaveGroup:
+        // the lease (and the generation) end before it is sent. The Lost
+        // event follows the leave, so a full event queue (the application
+        // is not polling) cannot hold the LeaveGroup back.
+        self.stop_heartbeat();
+        let owned = self.shared.drop_ownership();
         self.leave().await;
-        {
-            let mut id = self.shared.lock();
-            id.member_id.clear();
-            id.generation = NO_GENERATION;
-        }
-        self.lose_all("max.poll.interval.ms").await;
+        self.shared.lock().member_id.clear();
+        self.report_lost(owned, "max.poll.interval.ms").await;
         let left_at = Instant::now();
         let next_poll = async {
             // A permit stored by an earlier poll does not count.
@@ -472,15 +496,16 @@ impl Membership {
     }
 
     async fn close(&mut self, mode: ShutdownMode) {
+        // The lease and the generation end before the LeaveGroup, which
+        // lets the coordinator hand the partitions on at once, and no
+        // heartbeat answer still in flight can revive them.
+        self.stop_heartbeat();
+        self.shared.drop_ownership();
         // KIP-345: a static member does not leave on a normal shutdown, so
         // a restart within the session timeout keeps its partitions.
         if mode == ShutdownMode::Planned || self.config.instance_id.is_none() {
             self.leave().await;
         }
-        self.stop_heartbeat();
-        let mut id = self.shared.lock();
-        id.lease_until = None;
-        id.owned.clear();
     }
 }
 

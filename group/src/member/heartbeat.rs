@@ -47,6 +47,21 @@ pub(crate) struct Heartbeat {
 impl Heartbeat {
     pub(crate) async fn run(self) {
         let kind = self.beat_until_stopped().await;
+        if let OutcomeKind::Code(
+            code @ (codes::UNKNOWN_MEMBER_ID
+            | codes::ILLEGAL_GENERATION
+            | codes::FENCED_INSTANCE_ID),
+        ) = kind
+        {
+            // The coordinator says this member is out: it may already
+            // have handed the partitions on (a replacing static instance
+            // gets them at once). The lease ends here, not when the
+            // membership task gets round to the outcome: it may be waiting
+            // seconds for a revocation's ack.
+            if self.shared.end_generation(self.generation) {
+                tracing::warn!(group = %self.config.group_id, generation = self.generation, code, "out of the group: lease ended");
+            }
+        }
         tracing::debug!(group = %self.config.group_id, generation = self.generation, ?kind, "heartbeats stop");
         let _ = self.outcomes.send(Outcome {
             generation: self.generation,

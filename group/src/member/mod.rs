@@ -30,12 +30,13 @@ mod leader;
 mod requests;
 mod state;
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use tokio::sync::{mpsc, oneshot};
 use weir_client::Cluster;
+use weir_client::transaction::TransactionalProducer;
 
 pub use self::config::MemberConfig;
 pub(crate) use self::requests::{client_error, s};
@@ -172,8 +173,23 @@ impl GroupMember {
     }
 
     /// Generation, member id and instance id, as commits must carry them.
-    pub fn metadata(&self) -> GroupMetadata {
+    ///
+    /// Read it at commit time: a member that lost its generation has no
+    /// metadata to hand out, so a zombie's commit is refused here instead
+    /// of getting past the coordinator's check.
+    ///
+    /// # Errors
+    /// [`GroupError::NoGeneration`] while the member has no generation
+    /// (before its first join, after UNKNOWN_MEMBER_ID or
+    /// ILLEGAL_GENERATION, after it fenced itself or left on
+    /// `max.poll.interval.ms`, until it joins again).
+    pub fn metadata(&self) -> Result<GroupMetadata> {
         self.shared.metadata()
+    }
+
+    /// The group's id.
+    pub fn group_id(&self) -> &str {
+        &self.shared.group_id
     }
 
     /// The generation, -1 while there is none.
@@ -203,14 +219,63 @@ impl GroupMember {
     /// react to it, if the generation has not changed meanwhile.
     ///
     /// # Errors
+    /// [`GroupError::NoGeneration`] (nothing sent),
     /// [`GroupError::Coordinator`] with the code, or [`GroupError::Client`].
     pub async fn commit(&self, offsets: &[(TopicPartition, i64)]) -> Result<()> {
-        let metadata = self.metadata();
+        let metadata = self.metadata()?;
         let result = crate::offsets::commit(&self.cluster, &metadata, offsets).await;
         if let Err(GroupError::Coordinator { code, .. }) = &result {
             let _ = self.commands.send(Command::GroupError {
                 generation: metadata.generation,
                 code: *code,
+            });
+        }
+        result
+    }
+
+    /// Puts `offsets` into `producer`'s open transaction with this
+    /// member's group metadata, read now (exactly-once v2, KIP-447), and
+    /// reports a refusal that says the membership is stale
+    /// (`UNKNOWN_MEMBER_ID`, `ILLEGAL_GENERATION`, `FENCED_INSTANCE_ID`)
+    /// back to the member, which ends its lease and loses its partitions at
+    /// once, as [`commit`](Self::commit) does for a plain commit. Prefer
+    /// this to calling the producer with [`metadata`](Self::metadata).
+    ///
+    /// A member with no generation sends nothing: the producer refuses its
+    /// metadata and the transaction becomes abortable.
+    ///
+    /// # Errors
+    /// As [`TransactionalProducer::send_offsets_to_transaction`]: abortable
+    /// for a stale membership or no generation (source
+    /// [`ClientError::NoGroupGeneration`](weir_client::ClientError::NoGroupGeneration)),
+    /// fatal when the producer is fenced.
+    pub async fn send_offsets_to_transaction(
+        &self,
+        producer: &TransactionalProducer,
+        offsets: &BTreeMap<weir_client::producer::TopicPartition, i64>,
+    ) -> weir_client::Result<()> {
+        let metadata = match self.shared.metadata() {
+            Ok(m) => weir_client::transaction::GroupMetadata::from(m),
+            // No generation: the producer refuses this (never `unchecked`)
+            // metadata, and the transaction becomes abortable.
+            Err(_) => weir_client::transaction::GroupMetadata::new(
+                self.shared.group_id.clone(),
+                crate::consumer_protocol::NO_GENERATION,
+                self.shared.lock().member_id.clone(),
+                self.shared.instance_id.clone(),
+            ),
+        };
+        let result = producer
+            .send_offsets_to_transaction(offsets, &metadata)
+            .await;
+        if let Err(weir_client::ClientError::Transaction { source, .. }) = &result
+            && let Some(code) = source.kafka_code().map(|c| c.code)
+            && crate::offsets::is_membership_code(code)
+        {
+            tracing::warn!(group = %self.shared.group_id, generation = metadata.generation_id, code, "TxnOffsetCommit refused: the membership is stale");
+            let _ = self.commands.send(Command::GroupError {
+                generation: metadata.generation_id,
+                code,
             });
         }
         result

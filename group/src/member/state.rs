@@ -13,6 +13,25 @@ use crate::consumer_protocol::NO_GENERATION;
 
 /// Who the member is in the group right now: what commits must carry so
 /// the coordinator can reject a zombie's (KIP-447).
+///
+/// [`GroupMember::metadata`](super::GroupMember::metadata) hands it out
+/// only while the member has a generation. It converts to and from
+/// weir-client's [`GroupMetadata`](weir_client::transaction::GroupMetadata),
+/// the form `send_offsets_to_transaction` takes:
+///
+/// ```
+/// use weir_group::member::GroupMetadata;
+///
+/// let member = GroupMetadata {
+///     group_id: "orders-app".to_owned(),
+///     generation: 7,
+///     member_id: "member-1".to_owned(),
+///     instance_id: None,
+/// };
+/// let txn: weir_client::transaction::GroupMetadata = member.clone().into();
+/// assert_eq!(txn.generation_id, 7);
+/// assert_eq!(GroupMetadata::from(txn), member);
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GroupMetadata {
     /// The group.
@@ -23,6 +42,37 @@ pub struct GroupMetadata {
     pub member_id: String,
     /// `group.instance.id`, for static members.
     pub instance_id: Option<String>,
+}
+
+impl From<GroupMetadata> for weir_client::transaction::GroupMetadata {
+    /// Never [`unchecked`](weir_client::transaction::GroupMetadata::unchecked):
+    /// a member's metadata with generation -1 is refused by
+    /// `send_offsets_to_transaction`.
+    fn from(m: GroupMetadata) -> Self {
+        weir_client::transaction::GroupMetadata::new(
+            m.group_id,
+            m.generation,
+            m.member_id,
+            m.instance_id,
+        )
+    }
+}
+
+impl From<&GroupMetadata> for weir_client::transaction::GroupMetadata {
+    fn from(m: &GroupMetadata) -> Self {
+        m.clone().into()
+    }
+}
+
+impl From<weir_client::transaction::GroupMetadata> for GroupMetadata {
+    fn from(m: weir_client::transaction::GroupMetadata) -> Self {
+        GroupMetadata {
+            group_id: m.group_id,
+            generation: m.generation_id,
+            member_id: m.member_id,
+            instance_id: m.group_instance_id,
+        }
+    }
 }
 
 #[derive(Debug)]
@@ -69,14 +119,24 @@ impl Shared {
         self.identity.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    pub(crate) fn metadata(&self) -> GroupMetadata {
+    /// The metadata commits carry, or `NoGeneration` while the member has
+    /// no generation: generation -1 with an empty member id is the one
+    /// metadata the coordinator accepts on a TxnOffsetCommit unchecked, so
+    /// a member that was dropped must not hand it out.
+    pub(crate) fn metadata(&self) -> crate::Result<GroupMetadata> {
         let id = self.lock();
-        GroupMetadata {
+        if id.generation == NO_GENERATION {
+            return Err(crate::GroupError::NoGeneration {
+                group: self.group_id.clone(),
+                member_id: id.member_id.clone(),
+            });
+        }
+        Ok(GroupMetadata {
             group_id: self.group_id.clone(),
             generation: id.generation,
             member_id: id.member_id.clone(),
             instance_id: self.instance_id.clone(),
-        }
+        })
     }
 
     pub(crate) fn record_poll(&self) {
@@ -92,6 +152,31 @@ impl Shared {
         if id.generation == generation && id.generation != NO_GENERATION {
             id.lease_until = Some(id.lease_until.map_or(until, |u| u.max(until)));
         }
+    }
+
+    /// Ends the lease and forgets `generation`, if it is still the
+    /// current one; true if it was. Once the generation is gone no late
+    /// heartbeat answer can extend the lease again ([`extend_lease`]
+    /// checks it), and [`metadata`](Self::metadata) refuses.
+    ///
+    /// [`extend_lease`]: Self::extend_lease
+    pub(crate) fn end_generation(&self, generation: i32) -> bool {
+        let mut id = self.lock();
+        if id.generation != generation || generation == NO_GENERATION {
+            return false;
+        }
+        id.generation = NO_GENERATION;
+        id.lease_until = None;
+        true
+    }
+
+    /// Ends the lease, forgets the generation and gives up every owned
+    /// partition, in one step; returns what was owned.
+    pub(crate) fn drop_ownership(&self) -> BTreeSet<TopicPartition> {
+        let mut id = self.lock();
+        id.generation = NO_GENERATION;
+        id.lease_until = None;
+        std::mem::take(&mut id.owned)
     }
 
     pub(crate) fn polled_since(&self, limit: std::time::Duration) -> bool {
@@ -142,5 +227,34 @@ impl Lease {
             member_id: id.member_id.clone(),
             instance_id: self.shared.instance_id.clone(),
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    #[test]
+    fn a_late_heartbeat_answer_cannot_revive_a_lease_after_the_generation_ended() {
+        let shared = Shared::new("g".to_owned(), None);
+        shared.lock().generation = 4;
+        let later = Instant::now() + Duration::from_secs(8);
+        shared.extend_lease(4, later);
+        assert_eq!(shared.lock().lease_until, Some(later));
+        // A fatal answer (or close) ends generation 4 ...
+        assert!(shared.end_generation(4));
+        assert!(!shared.end_generation(4), "only once");
+        // ... and an answer to a heartbeat of generation 4 still in flight
+        // must not bring the lease back.
+        shared.extend_lease(4, later + Duration::from_secs(1));
+        assert_eq!(shared.lock().lease_until, None);
+        assert!(shared.metadata().is_err());
+        shared.lock().generation = 5;
+        let owned = shared.drop_ownership();
+        assert!(owned.is_empty());
+        shared.extend_lease(5, later);
+        assert_eq!(shared.lock().lease_until, None);
     }
 }
