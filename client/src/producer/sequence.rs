@@ -23,7 +23,12 @@
 //!   concurrently: judging by the acknowledgements seen when the error
 //!   arrives would be racy;
 //! - a sequenced batch that fails for good leaves a gap no later sequence
-//!   can cross, so it also takes a new producer id.
+//!   can cross, so it also takes a new producer id;
+//! - the new producer id is taken only once no request is in flight, and a
+//!   batch that may have been written under the old id (a lost response, a
+//!   timeout) then fails instead of being resent under the new one, where
+//!   the broker could not recognise it as a duplicate (the sender keeps
+//!   track of that; Java fails such a batch the same way).
 
 use std::collections::{HashMap, VecDeque};
 use std::hash::Hash;
@@ -201,6 +206,8 @@ impl<K: Clone + Eq + Hash> SequenceBook<K> {
         if !idempotent || tag.is_none_or(|t| t.generation != current) {
             // No sequence, or one from an old producer id: a retry gets a
             // new sequence, so nothing about the broker's state is learnt.
+            // (The sender fails, rather than retries, such a batch if an
+            // attempt may have been written.)
             return if retriable || code == OUT_OF_ORDER_SEQUENCE_NUMBER {
                 FailureAction::Retry
             } else {
