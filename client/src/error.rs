@@ -159,6 +159,28 @@ pub enum ClientError {
     /// The client, or the part of it used, was closed.
     #[error("closed")]
     Closed,
+    /// An idempotent batch that may already have been written was not sent
+    /// again: the producer took a new producer id before its outcome was
+    /// known (Java: "the producer id changed"). Under the new id the broker
+    /// could not recognise a resend as a duplicate, so the records may or
+    /// may not be in the log; resending them may duplicate them.
+    #[error(
+        "{topic}-{partition}: {records} records may or may not have been written: \
+         producer id {producer_id} (epoch {epoch}) was replaced before their outcome was known, \
+         and a resend under the new id could duplicate them"
+    )]
+    ProducerIdChanged {
+        /// The topic.
+        topic: String,
+        /// The partition.
+        partition: i32,
+        /// How many records the batch held.
+        records: usize,
+        /// The producer id the batch was last sent with.
+        producer_id: i64,
+        /// Its epoch.
+        epoch: i16,
+    },
     /// A record is larger than the producer may send.
     #[error("{topic}: a record of about {size} bytes exceeds {setting} ({limit})")]
     RecordTooLarge {

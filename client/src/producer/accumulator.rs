@@ -70,6 +70,12 @@ pub struct ProducerBatch {
     pub sequence: Option<SequenceTag>,
     /// The encoded batch and the producer id generation it was encoded for.
     pub encoded: Option<(u64, Bytes)>,
+    /// The producer id and epoch of its last send.
+    pub sent_as: Option<(i64, i16)>,
+    /// An earlier send may have been written although no answer said so
+    /// (a lost response, a timeout): under a new producer id the broker
+    /// could not recognise a resend as a duplicate.
+    pub maybe_written: bool,
     /// Sends so far.
     pub attempts: u32,
     /// No send before this instant (retry backoff).
@@ -90,6 +96,8 @@ impl ProducerBatch {
             created: now,
             sequence: None,
             encoded: None,
+            sent_as: None,
+            maybe_written: false,
             attempts: 0,
             retry_at: None,
             closed: false,
@@ -274,6 +282,22 @@ impl Accumulator {
         }
         self.queues.retain(|_, q| !q.is_empty());
         expired
+    }
+
+    /// Removes every queued batch for which `stale` holds, keeping the
+    /// order of the rest.
+    pub fn remove_where(
+        &mut self,
+        mut stale: impl FnMut(&ProducerBatch) -> bool,
+    ) -> Vec<ProducerBatch> {
+        let mut removed = Vec::new();
+        for queue in self.queues.values_mut() {
+            let (gone, keep): (VecDeque<_>, VecDeque<_>) = queue.drain(..).partition(|b| stale(b));
+            *queue = keep;
+            removed.extend(gone);
+        }
+        self.queues.retain(|_, q| !q.is_empty());
+        removed
     }
 
     /// Whether no record is waiting.

@@ -203,15 +203,14 @@ impl Producer {
     /// InitProducerId, with every partition's sequence back at 0.
     pub(crate) fn set_identity(&self, producer_id: i64, epoch: i16) {
         let shared = &self.handle.shared;
-        {
-            let mut state = shared.lock();
-            state.identity = Identity {
+        sender::install_identity(
+            shared,
+            Identity {
                 producer_id,
                 epoch,
                 valid: true,
-            };
-            state.book.reset();
-        }
+            },
+        );
         shared.wake.notify_one();
     }
 

@@ -61,13 +61,20 @@ pub(super) async fn run(shared: Arc<Shared>) {
             shared.wake.notified().await;
             continue;
         }
-        if !shared.lock().identity.valid {
+        // As Java's producer, take a new producer id only once no request
+        // is unanswered: an answer still on its way decides whether its
+        // batch was written, which a new id would make unknowable.
+        let in_flight = shared.requests_in_flight.load(Ordering::Acquire);
+        if !shared.lock().identity.valid && in_flight > 0 {
+            tracing::debug!(
+                in_flight,
+                "producer id reset waits for the requests in flight"
+            );
+        } else if !shared.lock().identity.valid {
             match init_producer_id(&shared).await {
                 Ok(identity) => {
                     init_failures = 0;
-                    let mut state = shared.lock();
-                    state.identity = identity;
-                    state.book.reset();
+                    install_identity(&shared, identity);
                     tracing::debug!(
                         producer_id = identity.producer_id,
                         epoch = identity.epoch,
@@ -231,12 +238,15 @@ fn encode(
     identity: Identity,
     generation: u64,
 ) -> Result<bytes::Bytes, String> {
+    let idempotent = batch.sequence.is_some();
+    if idempotent {
+        batch.sent_as = Some((identity.producer_id, identity.epoch));
+    }
     if let Some((g, bytes)) = &batch.encoded
         && *g == generation
     {
         return Ok(bytes.clone());
     }
-    let idempotent = batch.sequence.is_some();
     let mut builder = BatchBuilder::new(BatchOptions {
         compression: shared.options.compression,
         producer_id: if idempotent { identity.producer_id } else { -1 },
@@ -279,11 +289,13 @@ async fn send_request(shared: Arc<Shared>, mut request: Outgoing) {
             Err(message) => {
                 tracing::warn!(tp = %batch.tp, message, "batch could not be encoded");
                 let topic = batch.tp.topic.clone();
-                retry_or_fail(&shared, batch, -1, false, &|| ClientError::RecordTooLarge {
-                    topic: topic.clone(),
-                    size: 0,
-                    limit: i32::MAX as usize,
-                    setting: "the record batch format",
+                retry_or_fail(&shared, batch, -1, false, false, &|| {
+                    ClientError::RecordTooLarge {
+                        topic: topic.clone(),
+                        size: 0,
+                        limit: i32::MAX as usize,
+                        setting: "the record batch format",
+                    }
                 });
             }
         }
@@ -315,17 +327,19 @@ async fn send_request(shared: Arc<Shared>, mut request: Outgoing) {
                 .send_oneway(broker, Lane::Produce, &req)
                 .await;
             drop(request.ticket);
-            handle_unanswered(&shared, broker, sendable, result.err());
+            handle_unanswered(&shared, broker, sendable, result.err(), true);
         } else {
             let queued = shared.cluster.enqueue(broker, Lane::Produce, &req).await;
             drop(request.ticket);
+            // A failure before the frame was queued leaves nothing written;
+            // one after it (timeout, lost connection) may follow a write.
             let result = match queued {
-                Ok(response) => response.await,
-                Err(e) => Err(e),
+                Ok(response) => response.await.map_err(|e| (e, true)),
+                Err(e) => Err((e, false)),
             };
             match result {
                 Ok(response) => handle_response(&shared, broker, sendable, response),
-                Err(e) => handle_unanswered(&shared, broker, sendable, Some(e)),
+                Err((e, written)) => handle_unanswered(&shared, broker, sendable, Some(e), written),
             }
         }
     } else {
@@ -338,11 +352,13 @@ async fn send_request(shared: Arc<Shared>, mut request: Outgoing) {
 }
 
 /// `acks=0` (no response expected) or a request that got no response.
+/// `maybe_written`: the request may have reached the broker.
 fn handle_unanswered(
     shared: &Shared,
     broker: BrokerId,
     batches: Vec<ProducerBatch>,
     error: Option<ClientError>,
+    maybe_written: bool,
 ) {
     match error {
         None => {
@@ -361,7 +377,7 @@ fn handle_unanswered(
             for batch in batches {
                 let (what, attempts) = (message.clone(), batch.attempts);
                 // ClientError is not Clone: each record gets the cause's text.
-                retry_or_fail(shared, batch, 0, retriable, &|| {
+                retry_or_fail(shared, batch, 0, retriable, maybe_written, &|| {
                     ClientError::RetriesExhausted {
                         what: format!("produce to broker {broker}"),
                         attempts,
@@ -392,9 +408,12 @@ fn handle_response(
             .find(|p| p.index == batch.tp.partition);
         let Some(p) = found else {
             let tp = batch.tp.to_string();
-            retry_or_fail(shared, batch, 0, true, &|| ClientError::MissingInResponse {
-                api: ApiKey::Produce,
-                what: tp.clone(),
+            // No answer for this partition: whether it was written is unknown.
+            retry_or_fail(shared, batch, 0, true, true, &|| {
+                ClientError::MissingInResponse {
+                    api: ApiKey::Produce,
+                    what: tp.clone(),
+                }
             });
             continue;
         };
@@ -423,23 +442,49 @@ fn handle_response(
             shared.cluster.invalidate_topic(&tp.topic);
         }
         tracing::debug!(%tp, error = %code, attempt = batch.attempts, "produce failed for a partition");
-        retry_or_fail(shared, batch, p.error_code, code.retriable, &error);
+        let unknown = outcome_unknown(p.error_code);
+        retry_or_fail(shared, batch, p.error_code, code.retriable, unknown, &error);
     }
 }
 
-/// Applies the sequence book's verdict on a failed batch.
+/// Produce errors after which the batch may have been written anyway.
+fn outcome_unknown(code: i16) -> bool {
+    use crate::kerror::codes;
+    matches!(
+        code,
+        codes::REQUEST_TIMED_OUT
+            | codes::NETWORK_EXCEPTION
+            | codes::NOT_ENOUGH_REPLICAS_AFTER_APPEND
+    )
+}
+
+/// Applies the sequence book's verdict on a failed batch. `maybe_written`:
+/// this attempt may have been written although it failed.
 fn retry_or_fail(
     shared: &Shared,
     mut batch: ProducerBatch,
     code: i16,
     retriable: bool,
+    maybe_written: bool,
     error: &dyn Fn() -> ClientError,
 ) {
     let options = &shared.options;
     let mut state = shared.lock();
+    batch.maybe_written |= maybe_written;
     let mut action = state
         .book
         .on_failed(&batch.tp, batch.sequence, code, retriable);
+    if action == FailureAction::Retry
+        && batch.maybe_written
+        && batch
+            .sequence
+            .is_some_and(|t| t.generation != state.book.generation())
+    {
+        // Resent under the new producer id it could be written twice.
+        drop(state);
+        fail_stale(shared, batch);
+        return;
+    }
     let expired = batch.created.elapsed() >= options.delivery_timeout;
     if action == FailureAction::Retry && (batch.attempts > options.retries || expired) {
         action = if batch.sequence.is_some() {
@@ -498,6 +543,53 @@ fn finish(
     // Dropping the batch returns its buffer.memory.
     drop(batch.memory);
     shared.records_done(n);
+}
+
+/// Installs a new producer id and epoch: every partition's sequences
+/// start at 0 again, and queued batches that may already have been
+/// written under the old id fail (see [`ClientError::ProducerIdChanged`]).
+pub(super) fn install_identity(shared: &Shared, identity: Identity) {
+    let stale = {
+        let mut state = shared.lock();
+        state.identity = identity;
+        state.book.reset();
+        let generation = state.book.generation();
+        state.acc.remove_where(|b| {
+            b.maybe_written && b.sequence.is_some_and(|t| t.generation != generation)
+        })
+    };
+    for batch in stale {
+        fail_stale(shared, batch);
+    }
+}
+
+/// Fails a batch that may have been written under a producer id that is
+/// no longer the producer's.
+fn fail_stale(shared: &Shared, batch: ProducerBatch) {
+    let (producer_id, epoch) = batch.sent_as.unwrap_or((-1, -1));
+    let (topic, partition, records) = (
+        batch.tp.topic.clone(),
+        batch.tp.partition,
+        batch.record_count(),
+    );
+    tracing::warn!(
+        %batch.tp,
+        records,
+        producer_id,
+        epoch,
+        "batch of unknown outcome not resent: the producer id changed"
+    );
+    finish(
+        shared,
+        batch,
+        Err(&|| ClientError::ProducerIdChanged {
+            topic: topic.clone(),
+            partition,
+            records,
+            producer_id,
+            epoch,
+        }),
+    );
 }
 
 /// Fails every queued batch with `error` (when no producer id can be had).

@@ -23,7 +23,12 @@
 //!   concurrently: judging by the acknowledgements seen when the error
 //!   arrives would be racy;
 //! - a sequenced batch that fails for good leaves a gap no later sequence
-//!   can cross, so it also takes a new producer id.
+//!   can cross, so it also takes a new producer id;
+//! - the new producer id is taken only once no request is in flight, and a
+//!   batch that may have been written under the old id (a lost response, a
+//!   timeout) then fails instead of being resent under the new one, where
+//!   the broker could not recognise it as a duplicate (the sender keeps
+//!   track of that; Java fails such a batch the same way).
 
 use std::collections::{HashMap, VecDeque};
 use std::hash::Hash;
@@ -72,9 +77,11 @@ pub fn increment_sequence(sequence: i32, by: i32) -> i32 {
 struct PartitionSequences {
     /// The next base sequence to assign.
     next: i32,
-    /// Batches sent and not yet answered, in send order: base sequence,
-    /// and whether everything before it was acknowledged when it was sent.
-    in_flight: VecDeque<(i32, bool)>,
+    /// Batches sent and not yet answered, in send order: the tag (the
+    /// generation as well as the base: after a reset an old and a new
+    /// batch can share a base), and whether everything before it was
+    /// acknowledged when it was sent.
+    in_flight: VecDeque<(Option<SequenceTag>, bool)>,
     /// The sequence the broker expects next: just after the last batch it
     /// acknowledged.
     expected: i32,
@@ -149,7 +156,7 @@ impl<K: Clone + Eq + Hash> SequenceBook<K> {
         let clean = tag.is_some_and(|t| {
             t.generation == current && p.in_flight.is_empty() && p.expected == t.base
         });
-        p.in_flight.push_back((tag.map_or(-1, |t| t.base), clean));
+        p.in_flight.push_back((tag, clean));
     }
 
     /// Removes the batch from the in-flight list. Returns the partition and
@@ -160,8 +167,7 @@ impl<K: Clone + Eq + Hash> SequenceBook<K> {
         tag: Option<SequenceTag>,
     ) -> Option<(&mut PartitionSequences, bool)> {
         let p = self.partitions.get_mut(key)?;
-        let base = tag.map_or(-1, |t| t.base);
-        let clean = match p.in_flight.iter().position(|&(b, _)| b == base) {
+        let clean = match p.in_flight.iter().position(|&(t, _)| t == tag) {
             Some(i) => p.in_flight.remove(i).is_some_and(|(_, clean)| clean),
             None => false,
         };
@@ -201,6 +207,8 @@ impl<K: Clone + Eq + Hash> SequenceBook<K> {
         if !idempotent || tag.is_none_or(|t| t.generation != current) {
             // No sequence, or one from an old producer id: a retry gets a
             // new sequence, so nothing about the broker's state is learnt.
+            // (The sender fails, rather than retries, such a batch if an
+            // attempt may have been written.)
             return if retriable || code == OUT_OF_ORDER_SEQUENCE_NUMBER {
                 FailureAction::Retry
             } else {
@@ -371,6 +379,31 @@ mod tests {
             book.on_abandoned(&"a", abandoned),
             FailureAction::FailAndResetProducer
         );
+        assert_eq!(book.in_flight(&"a"), 0);
+    }
+
+    #[test]
+    fn in_flight_batches_of_two_generations_sharing_a_base_are_told_apart() {
+        let mut book = SequenceBook::new(true, 5);
+        // Sent with everything before it acknowledged: a clean batch.
+        let old = book.assign(&"a", None, 1);
+        book.on_sent(&"a", old);
+        // A new producer id while it is out (the transaction layer's
+        // set_identity does not wait); the next batch gets base 0 too, and
+        // is sent behind the unanswered old one.
+        book.reset();
+        let new = book.assign(&"a", None, 1);
+        assert_eq!(new.map(|t| t.base), old.map(|t| t.base));
+        book.on_sent(&"a", new);
+        // Its OUT_OF_ORDER is the echo of a batch sent behind another:
+        // retried. Matching the old batch's clean entry instead would take
+        // yet another producer id.
+        assert_eq!(
+            book.on_failed(&"a", new, OUT_OF_ORDER_SEQUENCE_NUMBER, false),
+            FailureAction::Retry
+        );
+        assert_eq!(book.in_flight(&"a"), 1, "the old batch is still out");
+        book.on_acked(&"a", old, 1);
         assert_eq!(book.in_flight(&"a"), 0);
     }
 
