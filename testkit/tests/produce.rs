@@ -168,7 +168,9 @@ async fn bad_produce_requests_get_per_partition_errors() {
         resp.responses[0].partition_responses[0].error_code, 2,
         "CORRUPT_MESSAGE"
     );
-    // A transactional batch for a partition never added to a transaction.
+    // A transactional batch under a transactional id that never called
+    // InitProducerId: Kafka's leader verifies it with the transaction
+    // coordinator (KIP-890), which knows no such id.
     let txn = Producer {
         id: 9,
         epoch: 0,
@@ -182,8 +184,8 @@ async fn bad_produce_requests_get_per_partition_errors() {
         )
         .await;
     assert_eq!(
-        resp.responses[0].partition_responses[0].error_code, 48,
-        "INVALID_TXN_STATE"
+        resp.responses[0].partition_responses[0].error_code, 49,
+        "INVALID_PRODUCER_ID_MAPPING"
     );
 }
 

@@ -198,6 +198,97 @@ async fn a_new_instance_fences_the_old_one_and_aborts_its_open_transaction() {
     assert_eq!(read_committed(&mut new).await.0, vec!["fresh"]);
 }
 
+/// A Produce to `topic`-0 under transactional id [`TX`]: the partition's error code.
+async fn produce_txn_to(c: &mut Client, topic: &str, pid: i64, epoch: i16, seq: i32) -> i16 {
+    let p = Producer {
+        id: pid,
+        epoch,
+        seq,
+        transactional: true,
+    };
+    let resp = c
+        .call(
+            9,
+            &produce_request(topic, 0, batch(&["z"], p), -1, Some(TX)),
+        )
+        .await;
+    resp.responses[0].partition_responses[0].error_code
+}
+
+/// The codes Apache Kafka (KIP-588, with KIP-890 verification) gives a
+/// zombie: the partition leader answers its Produce with
+/// `INVALID_PRODUCER_EPOCH` (47), whether or not the partition was in its
+/// fenced transaction; the transaction coordinator answers InitProducerId
+/// (KIP-360 form), AddPartitionsToTxn, AddOffsetsToTxn and EndTxn with
+/// `PRODUCER_FENCED` (90); TxnOffsetCommit goes through the same
+/// verification as Produce and gets 47.
+#[tokio::test]
+async fn a_fenced_zombie_gets_kafkas_codes_on_every_path() {
+    let (cluster, mut a) = setup().await;
+    cluster
+        .create_topic("u", 1, [] as [(&str, &str); 0])
+        .await
+        .unwrap();
+    let (_, pid, epoch) = init_producer(&mut a, TX, 60_000).await;
+    assert_eq!(
+        add_partitions(&mut a, TX, pid, epoch, "t", &[0]).await,
+        vec![0]
+    );
+    assert_eq!(produce_txn_to(&mut a, "t", pid, epoch, 0).await, 0);
+    assert_eq!(add_offsets(&mut a, TX, pid, epoch, "g").await, 0);
+
+    let mut b = TestClient::new(cluster.connect_duplex(0).await.unwrap(), "p2");
+    assert_eq!(init_producer(&mut b, TX, 60_000).await.0, 51);
+    let (code, pid_b, epoch_b) = init_producer(&mut b, TX, 60_000).await;
+    assert_eq!((code, pid_b, epoch_b), (0, pid, epoch + 2));
+
+    assert_eq!(
+        produce_txn_to(&mut a, "t", pid, epoch, 1).await,
+        47,
+        "INVALID_PRODUCER_EPOCH on a partition of the fenced transaction"
+    );
+    assert_eq!(
+        produce_txn_to(&mut a, "u", pid, epoch, 0).await,
+        47,
+        "INVALID_PRODUCER_EPOCH on a partition the zombie never wrote"
+    );
+    assert_eq!(
+        add_partitions(&mut a, TX, pid, epoch, "u", &[0]).await,
+        vec![90]
+    );
+    assert_eq!(add_offsets(&mut a, TX, pid, epoch, "g").await, 90);
+    assert_eq!(end_txn(&mut a, TX, pid, epoch, true, 3).await, 90);
+    assert_eq!(end_txn(&mut a, TX, pid, epoch, false, 3).await, 90);
+    assert_eq!(
+        txn_commit_offset(&mut a, TX, pid, epoch, "g", ("", -1), "t", 1).await,
+        47,
+        "TxnOffsetCommit: the coordinator's PRODUCER_FENCED, as the verification passes it on"
+    );
+    assert_eq!(
+        init_producer_as(&mut a, TX, 60_000, pid, epoch).await.0,
+        90,
+        "InitProducerId naming the old epoch (KIP-360) is fenced"
+    );
+    // Other producer ids and epochs under the same transactional id.
+    assert_eq!(
+        produce_txn_to(&mut a, "t", pid + 77, 0, 0).await,
+        49,
+        "INVALID_PRODUCER_ID_MAPPING"
+    );
+    assert_eq!(
+        produce_txn_to(&mut b, "t", pid_b, epoch_b, 0).await,
+        48,
+        "the current producer, partition not yet added: INVALID_TXN_STATE"
+    );
+    // The new instance is unharmed by all of it.
+    assert_eq!(
+        add_partitions(&mut b, TX, pid_b, epoch_b, "u", &[0]).await,
+        vec![0]
+    );
+    assert_eq!(produce_txn_to(&mut b, "u", pid_b, epoch_b, 0).await, 0);
+    assert_eq!(end_txn(&mut b, TX, pid_b, epoch_b, true, 3).await, 0);
+}
+
 #[tokio::test(start_paused = true)]
 async fn the_transaction_timeout_aborts_exactly_on_time() {
     let (_cluster, mut c) = setup().await;

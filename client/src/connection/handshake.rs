@@ -3,13 +3,14 @@
 
 use std::time::Duration;
 
-use weir_protocol::ApiKey;
+use bytes::Bytes;
 use weir_protocol::api::decode_response;
 use weir_protocol::kafka_protocol::messages::{
-    ApiVersionsRequest, SaslAuthenticateRequest, SaslHandshakeRequest,
+    ApiVersionsRequest, ApiVersionsResponse, SaslAuthenticateRequest, SaslHandshakeRequest,
 };
 use weir_protocol::kafka_protocol::protocol::{StrBytes, VersionRange};
 use weir_protocol::versions::BrokerVersions;
+use weir_protocol::{ApiKey, ProtocolError};
 
 use super::Messenger;
 use super::scram::{ScramClient, ScramMechanism};
@@ -65,52 +66,142 @@ impl std::fmt::Debug for SaslConfig {
 
 /// Learns the broker's API versions and stores them in `messenger`.
 ///
-/// A broker that does not know ApiVersions v3 answers in the v0 layout with
-/// `UNSUPPORTED_VERSION` and its ranges, which is enough to go on.
+/// Asks at ApiVersions v3 first. A broker that does not speak the version
+/// asked for answers `UNSUPPORTED_VERSION` in the v0 layout (header v0, body
+/// v0), listing the ApiVersions range it does speak (Kafka 2.4+); the request
+/// is then sent again at the highest version both sides speak, as Kafka's
+/// `NetworkClient` and librdkafka do. A refusal whose body cannot be read
+/// past its error code, or that lists no ApiVersions range, is retried at v0,
+/// which every broker speaks. The ranges of an error response are never used:
+/// a broker lists only ApiVersions there.
 ///
 /// # Errors
-/// Connection errors, or [`ClientError::Server`] for any other error code.
+/// Connection errors; [`ClientError::Server`] for any other error code, or
+/// for `UNSUPPORTED_VERSION` at v0 (or a refusal that would not go lower); a
+/// response that is neither a well-formed answer nor a readable refusal
+/// poisons the connection.
 pub async fn negotiate_versions(messenger: &mut Messenger) -> Result<()> {
-    let req = ApiVersionsRequest::default()
-        .with_client_software_name(StrBytes::from_static_str("weir"))
-        .with_client_software_version(StrBytes::from_static_str(env!("CARGO_PKG_VERSION")));
     let timeout = messenger.options.request_timeout;
-    let frame = messenger
-        .roundtrip(
-            ApiKey::ApiVersions,
-            API_VERSIONS_VERSION,
-            &req,
-            timeout,
-            true,
-        )
-        .await?
-        .ok_or(ClientError::Closed)?;
-    let response = match decode_response::<ApiVersionsRequest>(frame.clone(), API_VERSIONS_VERSION)
-    {
-        Ok((_, r)) => r,
-        Err(first) => match decode_response::<ApiVersionsRequest>(frame, 0) {
-            Ok((_, r)) if r.error_code == codes::UNSUPPORTED_VERSION => r,
-            _ => {
-                let cause = messenger.shared.poison(messenger.protocol_error(first));
+    let mut version = API_VERSIONS_VERSION;
+    loop {
+        let mut req = ApiVersionsRequest::default();
+        if version >= 3 {
+            req = req
+                .with_client_software_name(StrBytes::from_static_str("weir"))
+                .with_client_software_version(StrBytes::from_static_str(env!("CARGO_PKG_VERSION")));
+        }
+        let frame = messenger
+            .roundtrip(ApiKey::ApiVersions, version, &req, timeout, true)
+            .await?
+            .ok_or(ClientError::Closed)?;
+        match read_api_versions(frame, version) {
+            VersionsAnswer::Ranges(response) => {
+                if response.api_keys.is_empty() {
+                    return Err(ClientError::server(
+                        response.error_code,
+                        ApiKey::ApiVersions,
+                    ));
+                }
+                tracing::debug!(
+                    broker = %messenger.broker(),
+                    version,
+                    apis = response.api_keys.len(),
+                    "api versions"
+                );
+                messenger.set_versions(BrokerVersions::from_response(&response));
+                return Ok(());
+            }
+            VersionsAnswer::Refused(code) => {
+                return Err(ClientError::server(code, ApiKey::ApiVersions));
+            }
+            VersionsAnswer::Downgrade { listed_max } => {
+                let next = listed_max.unwrap_or(0).min(API_VERSIONS_VERSION);
+                if version == 0 || next >= version {
+                    return Err(ClientError::Server {
+                        code: KafkaCode::from_code(codes::UNSUPPORTED_VERSION),
+                        api: ApiKey::ApiVersions,
+                        broker: None,
+                        topic: None,
+                        partition: None,
+                        message: Some(format!(
+                            "broker {} refused ApiVersions v{version} and lists {}",
+                            messenger.broker(),
+                            listed_max.map_or("no ApiVersions range".to_owned(), |m| format!(
+                                "v{m} as its highest"
+                            ))
+                        )),
+                    });
+                }
+                tracing::debug!(
+                    broker = %messenger.broker(),
+                    refused = version,
+                    retry = next,
+                    ?listed_max,
+                    "broker does not speak this ApiVersions version; asking again lower"
+                );
+                version = next;
+            }
+            VersionsAnswer::Garbled(source) => {
+                let cause = messenger.shared.poison(messenger.protocol_error(source));
                 return Err(messenger.shared.poisoned_error(cause));
             }
-        },
+        }
+    }
+}
+
+/// What an ApiVersions response frame says.
+#[derive(Debug)]
+enum VersionsAnswer {
+    /// A well-formed answer at the version asked for, error code not
+    /// `UNSUPPORTED_VERSION` (0, or an error the caller reports).
+    Ranges(ApiVersionsResponse),
+    /// A well-formed answer carrying another error code.
+    Refused(i16),
+    /// `UNSUPPORTED_VERSION`: ask again lower. `listed_max` is the highest
+    /// ApiVersions version the broker listed, if it listed one readably.
+    Downgrade { listed_max: Option<i16> },
+    /// Neither a well-formed answer nor a readable refusal.
+    Garbled(ProtocolError),
+}
+
+/// Reads an ApiVersions response `frame` (header v0, then the body) to a
+/// request sent at `version`. A broker that does not know `version` answers
+/// in the v0 layout, so a body that does not decode at `version` is tried at
+/// v0; failing that, the error code alone (the body's first field in every
+/// version) is enough to recognise a refusal.
+fn read_api_versions(frame: Bytes, version: i16) -> VersionsAnswer {
+    let listed_max = |r: &ApiVersionsResponse| {
+        r.api_keys
+            .iter()
+            .find(|k| k.api_key == ApiKey::ApiVersions as i16)
+            .map(|k| k.max_version)
     };
-    if response.error_code != 0 && response.error_code != codes::UNSUPPORTED_VERSION {
-        return Err(ClientError::server(
-            response.error_code,
-            ApiKey::ApiVersions,
-        ));
+    let first = match decode_response::<ApiVersionsRequest>(frame.clone(), version) {
+        Ok((_, r)) if r.error_code == codes::UNSUPPORTED_VERSION => {
+            return VersionsAnswer::Downgrade {
+                listed_max: listed_max(&r),
+            };
+        }
+        Ok((_, r)) if r.error_code == 0 => return VersionsAnswer::Ranges(r),
+        Ok((_, r)) => return VersionsAnswer::Refused(r.error_code),
+        Err(first) => first,
+    };
+    if version > 0 {
+        if let Ok((_, r)) = decode_response::<ApiVersionsRequest>(frame.clone(), 0) {
+            if r.error_code == codes::UNSUPPORTED_VERSION {
+                return VersionsAnswer::Downgrade {
+                    listed_max: listed_max(&r),
+                };
+            }
+        }
     }
-    if response.api_keys.is_empty() {
-        return Err(ClientError::server(
-            response.error_code,
-            ApiKey::ApiVersions,
-        ));
+    // Header v0 is the 4-byte correlation id; the error code follows.
+    match frame.get(4..6) {
+        Some(&[hi, lo]) if i16::from_be_bytes([hi, lo]) == codes::UNSUPPORTED_VERSION => {
+            VersionsAnswer::Downgrade { listed_max: None }
+        }
+        _ => VersionsAnswer::Garbled(first),
     }
-    tracing::debug!(broker = %messenger.broker(), apis = response.api_keys.len(), "api versions");
-    messenger.set_versions(BrokerVersions::from_response(&response));
-    Ok(())
 }
 
 /// Authenticates with the configured mechanism: SaslHandshake v1, then one

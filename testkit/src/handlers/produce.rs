@@ -31,7 +31,7 @@ pub fn handle(
     _version: i16,
 ) -> Reply {
     let acks = req.acks;
-    let transactional = req.transactional_id.is_some();
+    let transactional_id = req.transactional_id.as_ref().map(|t| t.0.to_string());
     let mut responses = Vec::with_capacity(req.topic_data.len());
     let mut appended_any = false;
     let mut failed_any = false;
@@ -41,7 +41,7 @@ pub fn handle(
             .partition_data
             .into_iter()
             .map(|p| {
-                let r = produce_partition(state, ctx, &name, p, acks, transactional);
+                let r = produce_partition(state, ctx, &name, p, acks, transactional_id.as_deref());
                 appended_any |= r.error_code == 0;
                 failed_any |= r.error_code != 0;
                 r
@@ -84,8 +84,9 @@ fn produce_partition(
     topic: &str,
     data: PartitionProduceData,
     acks: i16,
-    transactional: bool,
+    transactional_id: Option<&str>,
 ) -> PartitionProduceResponse {
+    let transactional = transactional_id.is_some();
     let index = data.index;
     if !matches!(acks, -1..=1) {
         return error(
@@ -142,16 +143,30 @@ fn produce_partition(
                 "transactional bit and transactional id disagree",
             );
         }
-        if h.is_transactional()
-            && !state
-                .txns
-                .partition_in_txn(h.producer_id, h.producer_epoch, topic, index)
-        {
-            return error(
-                index,
-                ResponseError::InvalidTxnState.code(),
-                "the partition was not added to the producer's transaction",
-            );
+        if h.is_transactional() {
+            // Kafka's leader verifies the partition with the transaction
+            // coordinator before appending (KIP-890): a fenced epoch is
+            // INVALID_PRODUCER_EPOCH, like the partition's own epoch check.
+            let tid = transactional_id.unwrap_or_default();
+            if let Some(e) =
+                state
+                    .txns
+                    .produce_error(tid, h.producer_id, h.producer_epoch, topic, index)
+            {
+                let message = match e {
+                    ResponseError::InvalidProducerEpoch => {
+                        "the producer's epoch is not the transactional id's current one (fenced)"
+                    }
+                    ResponseError::InvalidProducerIdMapping => {
+                        "the transactional id has another producer id"
+                    }
+                    ResponseError::InvalidTxnState => {
+                        "the partition was not added to the producer's transaction"
+                    }
+                    _ => "the transaction is completing",
+                };
+                return error(index, e.code(), message);
+            }
         }
     }
     let max_message_bytes = state

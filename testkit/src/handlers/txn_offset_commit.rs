@@ -15,7 +15,8 @@ use crate::coordinator::driver::{check_coordinator, flush};
 use crate::coordinator::group::{CommitMember, OffsetToCommit};
 use crate::coordinator::txn::error_code_for;
 
-/// Versions 0 to 3 (v3: group metadata, KIP-447, and `PRODUCER_FENCED`).
+/// Versions 0 to 3 (v3: group metadata, KIP-447). A fenced producer gets
+/// `INVALID_PRODUCER_EPOCH` at every version, as from Kafka's verification.
 pub const VERSIONS: (i16, i16) = (0, 3);
 
 /// Stages the offsets until EndTxn.

@@ -182,6 +182,24 @@ pub async fn init_producer(
     (resp.error_code, resp.producer_id.0, resp.producer_epoch)
 }
 
+/// InitProducerId v4 in the KIP-360 form: the client names the producer id
+/// and epoch it already has. Returns (error, producer id, epoch).
+pub async fn init_producer_as(
+    c: &mut Client,
+    transactional_id: &str,
+    timeout_ms: i32,
+    pid: i64,
+    epoch: i16,
+) -> (i16, i64, i16) {
+    let req = InitProducerIdRequest::default()
+        .with_transactional_id(Some(tid(transactional_id)))
+        .with_transaction_timeout_ms(timeout_ms)
+        .with_producer_id(ProducerId(pid))
+        .with_producer_epoch(epoch);
+    let resp = c.call(4, &req).await;
+    (resp.error_code, resp.producer_id.0, resp.producer_epoch)
+}
+
 /// AddPartitionsToTxn v3: the error of each partition.
 pub async fn add_partitions(
     c: &mut Client,

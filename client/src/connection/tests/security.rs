@@ -20,13 +20,14 @@ async fn handshake_learns_versions_and_falls_back_from_unsupported_version() {
     );
     let _ = s.await.unwrap();
 
-    // An old broker: answers in the v0 layout with UNSUPPORTED_VERSION.
+    // An old broker (before Kafka 2.4): answers in the v0 layout with
+    // UNSUPPORTED_VERSION and no ApiVersions range, so the client asks at v0.
     let (client, server) = tokio::io::duplex(64 * 1024);
     let mut m = Messenger::start(client, "old", options());
     let mut server = FakeConn::new(server);
     let s = tokio::spawn(async move {
         let req = server.next_request().await.unwrap();
-        let body = all_api_versions().with_error_code(35);
+        let body = ApiVersionsResponse::default().with_error_code(35);
         server
             .respond_as(
                 ApiKey::ApiVersions,
@@ -35,11 +36,16 @@ async fn handshake_learns_versions_and_falls_back_from_unsupported_version() {
                 ResponseKind::ApiVersions(body),
             )
             .await;
+        let retry = server.next_request().await.unwrap();
         server
+            .respond(&retry, ResponseKind::ApiVersions(all_api_versions()))
+            .await;
+        (server, retry.version)
     });
     handshake::negotiate_versions(&mut m).await.unwrap();
     assert!(m.versions().range(ApiKey::Fetch).is_some());
-    let _ = s.await.unwrap();
+    let (_server, retried_at) = s.await.unwrap();
+    assert_eq!(retried_at, 0);
 
     // A broker that refuses outright.
     let (client, server) = tokio::io::duplex(64 * 1024);
@@ -314,4 +320,144 @@ async fn scram_sha_256_proves_both_sides() {
         }
         let _ = s.await.unwrap();
     }
+}
+
+/// A v0-layout ApiVersions refusal (header v0, body v0): `UNSUPPORTED_VERSION`
+/// and only the ApiVersions range, as a Kafka 2.4+ broker sends it.
+fn refusal_listing_api_versions(max: i16) -> ResponseKind {
+    use weir_protocol::kafka_protocol::messages::api_versions_response::ApiVersion;
+    ResponseKind::ApiVersions(
+        ApiVersionsResponse::default()
+            .with_error_code(35)
+            .with_api_keys(vec![
+                ApiVersion::default()
+                    .with_api_key(ApiKey::ApiVersions as i16)
+                    .with_min_version(0)
+                    .with_max_version(max),
+            ]),
+    )
+}
+
+#[tokio::test]
+async fn handshake_retries_at_the_highest_api_versions_version_the_broker_lists() {
+    let (client, server) = tokio::io::duplex(64 * 1024);
+    let mut m = Messenger::start(client, "v2-only", options());
+    let mut server = FakeConn::new(server);
+    let s = tokio::spawn(async move {
+        let first = server.next_request().await.unwrap();
+        assert_eq!(
+            (first.api_key, first.version),
+            (ApiKey::ApiVersions, 3),
+            "asks at v3 first"
+        );
+        server
+            .respond_as(
+                ApiKey::ApiVersions,
+                0,
+                first.header.correlation_id,
+                refusal_listing_api_versions(2),
+            )
+            .await;
+        let second = server.next_request().await.unwrap();
+        server
+            .respond(
+                &second,
+                ResponseKind::ApiVersions(all_api_versions().with_throttle_time_ms(0)),
+            )
+            .await;
+        (second.version, server)
+    });
+    handshake::negotiate_versions(&mut m).await.unwrap();
+    assert!(m.is_usable(), "a refusal does not poison the connection");
+    assert_eq!(
+        m.version_for::<MetadataRequest>().ok(),
+        Some(12),
+        "the ranges come from the v2 answer, not from the refusal"
+    );
+    // Dropping the connection ends a server still waiting for a retry.
+    drop(m);
+    assert_eq!(
+        s.await.unwrap().0,
+        2,
+        "the retry goes at the broker's highest, v2"
+    );
+}
+
+#[tokio::test]
+async fn handshake_caps_the_retry_at_v3_and_refuses_to_go_round_in_circles() {
+    // A broker listing a higher ApiVersions than Weir speaks, in a refusal of
+    // v3: contradictory, so it is an error, not a loop.
+    let (client, server) = tokio::io::duplex(64 * 1024);
+    let mut m = Messenger::start(client, "odd", options());
+    let mut server = FakeConn::new(server);
+    let s = tokio::spawn(async move {
+        let req = server.next_request().await.unwrap();
+        server
+            .respond_as(
+                ApiKey::ApiVersions,
+                0,
+                req.header.correlation_id,
+                refusal_listing_api_versions(7),
+            )
+            .await;
+        server
+    });
+    let err = handshake::negotiate_versions(&mut m).await.unwrap_err();
+    assert_eq!(
+        err.kafka_code().unwrap().name,
+        "UNSUPPORTED_VERSION",
+        "{err}"
+    );
+    let _ = s.await.unwrap();
+}
+
+#[tokio::test]
+async fn handshake_reads_librdkafka_mocks_refusal_and_retries_at_v0() {
+    // The bytes librdkafka 2.x's mock cluster sends for an ApiVersions v3
+    // request (it speaks v0-v2): error 35, an array count of one byte (the
+    // raw count, not the compact count + 1), ApiVersions 0..2, and a throttle
+    // time. Neither v3 nor v0 decodes it; the error code is readable, so the
+    // client asks again at v0, as Kafka's own client does when a refusal
+    // lists no range.
+    let (client, server) = tokio::io::duplex(64 * 1024);
+    let mut m = Messenger::start(client, "mock", options());
+    let mut server = FakeConn::new(server);
+    let s = tokio::spawn(async move {
+        let first = server.next_request().await.unwrap();
+        let mut frame = BytesMut::new();
+        frame.put_i32(17);
+        frame.put_i32(first.header.correlation_id);
+        frame.put_slice(&[0x00, 0x23, 0x01, 0x00, 0x12, 0x00, 0x00, 0x00, 0x02]);
+        frame.put_i32(0);
+        server.write_raw(&frame).await;
+        let second = server.next_request().await.unwrap();
+        server
+            .respond(&second, ResponseKind::ApiVersions(all_api_versions()))
+            .await;
+        (second.version, server)
+    });
+    handshake::negotiate_versions(&mut m).await.unwrap();
+    assert!(m.is_usable());
+    assert!(m.versions().range(ApiKey::Produce).is_some());
+    drop(m);
+    assert_eq!(s.await.unwrap().0, 0, "the retry goes at v0");
+}
+
+#[tokio::test]
+async fn handshake_poisons_on_an_answer_that_is_no_refusal_and_does_not_decode() {
+    let (client, server) = tokio::io::duplex(64 * 1024);
+    let mut m = Messenger::start(client, "garbled", options());
+    let mut server = FakeConn::new(server);
+    let s = tokio::spawn(async move {
+        let first = server.next_request().await.unwrap();
+        let mut frame = BytesMut::new();
+        frame.put_i32(9);
+        frame.put_i32(first.header.correlation_id);
+        frame.put_slice(&[0x00, 0x00, 0xff, 0xff, 0xff]);
+        server.write_raw(&frame).await;
+        server
+    });
+    let err = handshake::negotiate_versions(&mut m).await.unwrap_err();
+    assert_poisoned_by(&err, |c| matches!(c, ClientError::Protocol { .. }));
+    let _ = s.await.unwrap();
 }

@@ -147,29 +147,44 @@ impl TxnCoordinator {
         })
     }
 
-    /// The error a transactional Produce of this producer gets, if any:
-    /// `INVALID_PRODUCER_EPOCH` for a fenced (older) epoch, so the zombie
-    /// learns it was fenced, `INVALID_TXN_STATE` for a partition not in its
-    /// open transaction.
+    /// The error a transactional Produce of this producer gets, if any, as
+    /// Kafka's partition leader answers after verifying the partition with
+    /// the coordinator (KIP-890; `AddPartitionsToTxnManager` and
+    /// `ReplicaManager` translate the coordinator's answer):
+    ///
+    /// - `INVALID_PRODUCER_ID_MAPPING`: no such transactional id, or it has
+    ///   another producer id;
+    /// - `INVALID_PRODUCER_EPOCH`: another epoch than the current one (the
+    ///   coordinator says `PRODUCER_FENCED`, which the leader passes on as
+    ///   `INVALID_PRODUCER_EPOCH`, the code producers expect on Produce);
+    /// - `NOT_ENOUGH_REPLICAS`: the transaction is completing (Kafka's
+    ///   translation of `CONCURRENT_TRANSACTIONS` for Produce; the testkit's
+    ///   Prepare states never outlive one call, so this is not seen);
+    /// - `INVALID_TXN_STATE`: no open transaction, or the partition is not in it.
     pub fn produce_error(
         &self,
+        transactional_id: &str,
         producer_id: i64,
         producer_epoch: i16,
         topic: &str,
         partition: i32,
-    ) -> Option<i16> {
-        if self.partition_in_txn(producer_id, producer_epoch, topic, partition) {
-            return None;
+    ) -> Option<ResponseError> {
+        let Some(meta) = self.txns.get(transactional_id) else {
+            return Some(ResponseError::InvalidProducerIdMapping);
+        };
+        if meta.producer_id != producer_id {
+            return Some(ResponseError::InvalidProducerIdMapping);
         }
-        let stale = self
-            .txns
-            .values()
-            .any(|t| t.producer_id == producer_id && producer_epoch < t.producer_epoch);
-        Some(if stale {
-            ResponseError::InvalidProducerEpoch.code()
-        } else {
-            ResponseError::InvalidTxnState.code()
-        })
+        if meta.producer_epoch != producer_epoch {
+            return Some(ResponseError::InvalidProducerEpoch);
+        }
+        match meta.state {
+            TxnState::PrepareCommit | TxnState::PrepareAbort => {
+                Some(ResponseError::NotEnoughReplicas)
+            }
+            TxnState::Ongoing if meta.partitions.contains(&(topic.to_owned(), partition)) => None,
+            _ => Some(ResponseError::InvalidTxnState),
+        }
     }
 
     /// Handles InitProducerId. `expected` is the producer id and epoch the
@@ -392,12 +407,15 @@ impl TxnCoordinator {
         Ok(())
     }
 
-    /// Checks the producer of a TxnOffsetCommit: an older epoch than the
-    /// transactional id's current one is fenced.
+    /// Checks the producer of a TxnOffsetCommit. Kafka's group coordinator
+    /// verifies it with the transaction coordinator as the partition leader
+    /// verifies a Produce (KIP-890), so a fenced producer gets
+    /// `INVALID_PRODUCER_EPOCH` here too, at every version.
     ///
     /// # Errors
-    /// `PRODUCER_FENCED`, `INVALID_PRODUCER_ID_MAPPING` or
-    /// `INVALID_TXN_STATE` (no open transaction).
+    /// `INVALID_PRODUCER_EPOCH` (an epoch other than the current one),
+    /// `INVALID_PRODUCER_ID_MAPPING` or `INVALID_TXN_STATE` (no open
+    /// transaction).
     pub fn check_offset_commit(
         &mut self,
         tid: &str,
@@ -411,8 +429,8 @@ impl TxnCoordinator {
         if meta.producer_id != producer_id {
             return Err(ResponseError::InvalidProducerIdMapping);
         }
-        if producer_epoch < meta.producer_epoch {
-            return Err(ResponseError::ProducerFenced);
+        if producer_epoch != meta.producer_epoch {
+            return Err(ResponseError::InvalidProducerEpoch);
         }
         if meta.state != TxnState::Ongoing {
             // Offsets staged outside a transaction would stay pending forever

@@ -55,9 +55,10 @@ fn commit_emits_markers_for_partitions_and_groups_and_retries_are_idempotent() {
     assert!(c.partition_in_txn(pid, epoch, "t", 1));
     assert!(!c.partition_in_txn(pid, epoch, "t", 2));
     assert_eq!(
-        c.produce_error(pid, epoch, "t", 2),
-        Some(ResponseError::InvalidTxnState.code())
+        c.produce_error(TID, pid, epoch, "t", 2),
+        Some(ResponseError::InvalidTxnState)
     );
+    assert_eq!(c.produce_error(TID, pid, epoch, "t", 1), None);
     c.end_txn(TID, pid, epoch, true).unwrap();
     let ends = c.take_ends();
     assert_eq!(
@@ -131,11 +132,25 @@ fn a_second_producer_fences_the_first_and_aborts_its_open_transaction() {
     );
     assert_eq!(
         c.check_offset_commit(TID, pid, epoch, "g"),
-        Err(ResponseError::ProducerFenced)
+        Err(ResponseError::InvalidProducerEpoch),
+        "verified like a Produce: the leader's code, not the coordinator's"
     );
     assert_eq!(
-        c.produce_error(pid, epoch, "t", 0),
-        Some(ResponseError::InvalidProducerEpoch.code())
+        c.produce_error(TID, pid, epoch, "t", 0),
+        Some(ResponseError::InvalidProducerEpoch)
+    );
+    assert_eq!(
+        c.produce_error(TID, pid, epoch, "t", 9),
+        Some(ResponseError::InvalidProducerEpoch),
+        "fenced on a partition that was never in the transaction too"
+    );
+    assert_eq!(
+        c.produce_error(TID, pid + 1, epoch2, "t", 0),
+        Some(ResponseError::InvalidProducerIdMapping)
+    );
+    assert_eq!(
+        c.produce_error("other", pid, epoch2, "t", 0),
+        Some(ResponseError::InvalidProducerIdMapping)
     );
     assert_eq!(
         c.check_offset_commit(TID, pid2, epoch2, "g"),
