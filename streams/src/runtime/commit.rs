@@ -68,12 +68,7 @@ fn migrated(task: impl std::fmt::Display, reason: impl Into<String>) -> StreamsE
 /// The metadata commits carry: the lease's generation and member id, or
 /// `None` once the lease ended (then nothing may be committed).
 pub(crate) fn group_metadata(rt: &Runtime) -> Option<GroupMetadata> {
-    rt.lease.metadata().map(|m| GroupMetadata {
-        group_id: m.group_id,
-        generation_id: m.generation,
-        member_id: m.member_id,
-        group_instance_id: m.instance_id,
-    })
+    rt.lease.metadata().map(GroupMetadata::from)
 }
 
 /// Waits for the changelog records' acks and returns, per changelog
