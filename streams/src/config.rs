@@ -57,6 +57,11 @@ pub enum ProcessingErrorHandling {
     /// Abort the uncommitted work and stop the instance in `ERROR`
     /// (`SHUTDOWN_CLIENT`).
     ShutdownClient,
+    /// Skip the record that failed, logged with its topic, partition and
+    /// offset: the uncommitted work is aborted, the tasks start again from
+    /// their last commit, and the failed record is passed over, so none of
+    /// its writes, outputs or store changes survive (`skip`).
+    SkipRecord,
 }
 
 /// The configuration of a streams application.
@@ -273,6 +278,7 @@ impl StreamsConfig {
                     &[
                         ("replace_thread", ProcessingErrorHandling::ReplaceThread),
                         ("shutdown_client", ProcessingErrorHandling::ShutdownClient),
+                        ("skip", ProcessingErrorHandling::SkipRecord),
                     ],
                 )
                 .map_err(|e| from_client(key, e))?

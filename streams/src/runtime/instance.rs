@@ -230,6 +230,9 @@ pub(crate) async fn run(
                         // A replaced thread restarts its tasks from their
                         // last commit itself; nothing to do here.
                         ProcessingErrorHandling::ReplaceThread => {}
+                        // The worker marked the record to pass over and
+                        // restarts its tasks like a replaced thread.
+                        ProcessingErrorHandling::SkipRecord => {}
                     }
                 }
                 None => {}

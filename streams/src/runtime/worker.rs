@@ -18,7 +18,7 @@ use weir_group::assignor::TopicPartition as GroupPartition;
 use super::Runtime;
 use super::commit::{self, Ack, Active, Producers};
 use super::restore::{self, Prepared};
-use crate::config::{DeserializationHandling, ProcessingGuarantee};
+use crate::config::{DeserializationHandling, ProcessingErrorHandling, ProcessingGuarantee};
 use crate::error::{Result, StreamsError};
 use crate::record::{OutputRecord, RawRecord};
 use crate::task::{StreamTask, TaskId};
@@ -58,6 +58,9 @@ pub(crate) struct Worker {
     revive: BTreeSet<TaskId>,
     output_acks: Vec<Ack>,
     last_commit: Instant,
+    /// Records whose processing failed under `processing.exception.handler
+    /// = skip`: passed over when the restarted tasks fetch them again.
+    skip: BTreeSet<(String, i32, i64)>,
 }
 
 impl Drop for Worker {
@@ -117,6 +120,7 @@ impl Worker {
             revive: BTreeSet::new(),
             output_acks: Vec::new(),
             last_commit: Instant::now(),
+            skip: BTreeSet::new(),
         })
     }
 
@@ -364,11 +368,19 @@ impl Worker {
             }
         }
         let handling = self.rt.config.deserialization;
-        let (batch, result) = tokio::task::spawn_blocking(move || {
+        let mut skip = std::mem::take(&mut self.skip);
+        let (batch, result, skip, failed) = tokio::task::spawn_blocking(move || {
             let mut batch = batch;
             let mut result = Ok(0u64);
+            let mut failed = None;
             'tasks: for (_, active, records) in &mut batch {
                 for r in records.iter() {
+                    if skip.remove(&(r.topic.clone(), r.partition, r.offset)) {
+                        tracing::warn!(task = %active.task.id(), topic = %r.topic, partition = r.partition, offset = r.offset, "skipping a record whose processing failed");
+                        active.task.skip(&r.topic, r.offset);
+                        active.dirty = true;
+                        continue;
+                    }
                     match active.task.process(r) {
                         Ok(()) => {}
                         Err(StreamsError::Serde(e)) if handling == DeserializationHandling::LogAndContinue => {
@@ -376,6 +388,7 @@ impl Worker {
                             active.task.skip(&r.topic, r.offset);
                         }
                         Err(e) => {
+                            failed = Some((r.topic.clone(), r.partition, r.offset));
                             result = Err(e);
                             break 'tasks;
                         }
@@ -386,7 +399,7 @@ impl Worker {
                     }
                 }
             }
-            (batch, result)
+            (batch, result, skip, failed)
         })
         .await
         .map_err(|e| StreamsError::NotRunning(format!("processing job: {e}")))?;
@@ -394,6 +407,12 @@ impl Worker {
         for (id, mut active, _) in batch {
             outputs.push((id, active.task.take_outputs(), active.task.take_changelog()));
             self.tasks.insert(id, active);
+        }
+        self.skip = skip;
+        if let (Err(StreamsError::Process { .. }), Some(at)) = (&result, failed)
+            && self.rt.config.processing_errors == ProcessingErrorHandling::SkipRecord
+        {
+            self.skip.insert(at);
         }
         let processed = result?;
         self.rt
