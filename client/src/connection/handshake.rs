@@ -186,14 +186,13 @@ fn read_api_versions(frame: Bytes, version: i16) -> VersionsAnswer {
         Ok((_, r)) => return VersionsAnswer::Refused(r.error_code),
         Err(first) => first,
     };
-    if version > 0 {
-        if let Ok((_, r)) = decode_response::<ApiVersionsRequest>(frame.clone(), 0) {
-            if r.error_code == codes::UNSUPPORTED_VERSION {
-                return VersionsAnswer::Downgrade {
-                    listed_max: listed_max(&r),
-                };
-            }
-        }
+    if version > 0
+        && let Ok((_, r)) = decode_response::<ApiVersionsRequest>(frame.clone(), 0)
+        && r.error_code == codes::UNSUPPORTED_VERSION
+    {
+        return VersionsAnswer::Downgrade {
+            listed_max: listed_max(&r),
+        };
     }
     // Header v0 is the 4-byte correlation id; the error code follows.
     match frame.get(4..6) {

@@ -2,6 +2,8 @@
 //! the runtime tests and `weir demo`.
 
 #![allow(dead_code)]
+// The examples return weir-streams' own Result, as a user's code would.
+#![allow(clippy::result_large_err)]
 
 pub mod dedup;
 pub mod wordcount;
