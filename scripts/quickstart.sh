@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
-# Weir's quickstart: a stateful word count on an embedded Kafka cluster.
+# Weir's quickstart: the word count on the weir-streams runtime, over an
+# embedded Kafka cluster: two instances, one crashed and replaced mid-run.
 #
-#   scripts/quickstart.sh [--sentences N] [--state-dir DIR]
+#   scripts/quickstart.sh [--sentences N] [--state-dir DIR] [--guarantee exactly-once|at-least-once]
 #
 # Needs only the Rust toolchain: the cluster is weir-testkit, in-process, on
-# 127.0.0.1. The demo checks its own result and exits non-zero on a mismatch.
+# 127.0.0.1. The demo checks its own result (output and stores against a
+# recount of the input) and exits non-zero on a mismatch.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 command -v cargo >/dev/null || { echo "quickstart: cargo not found: install Rust with rustup first" >&2; exit 1; }

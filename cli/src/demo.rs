@@ -1,40 +1,48 @@
-//! `weir demo`: a stateful word count on an embedded cluster, with no setup.
+//! `weir demo`: the word count on the weir-streams runtime, over an embedded
+//! cluster, with an instance killed and replaced mid-run. No setup.
 //!
-//! The streams runtime is not built yet, so this wires the topology by hand
-//! from the crates that exist, the way Kafka Streams would run it:
-//!
-//! 1. `sentences` → split into words → `wordcount-repartition`, keyed by word,
-//!    so every occurrence of a word lands on one partition (Java's murmur2);
-//! 2. one task per repartition partition counts words in a weir-store
-//!    key-value store, writes each new count to the changelog and to
-//!    `word-counts`, and commits the store together with its changelog and
-//!    input offsets in one atomic batch once the producer has them acked;
-//! 3. task 0's state directory is then lost and restored from its changelog.
-//!
-//! Everything is checked against a recount of the input: the stores, the
-//! restored store and the last value per word in `word-counts`. Any mismatch
-//! is an error (non-zero exit).
+//! 1. An embedded three-broker cluster (weir-testkit, real TCP on 127.0.0.1)
+//!    and a `sentences` topic of six partitions.
+//! 2. Two instances, `a` and `b`, of the word count (the
+//!    `weir-streams` example `wordcount`: split, repartition by word, count in
+//!    a persistent key-value store with a changelog), two stream threads
+//!    each, static members, exactly-once by default.
+//! 3. Mid-run `a` crashes: it is cut off from every broker with work in
+//!    flight and dropped without a goodbye. A replacement with the same
+//!    `group.instance.id` and the same state directory (a pod restarted on
+//!    its volume) takes its tasks back at once, without waiting for the
+//!    session to expire, and restores only the changelog tail its stores had
+//!    not committed.
+//! 4. Everything is checked against a recount of the input: the last count
+//!    per word in `word-counts`, the number of output records (one per input
+//!    word under exactly-once) and every task's store. A mismatch is an
+//!    error (non-zero exit).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use weir_client::config::consumer::ConsumerConfig;
 use weir_client::config::producer::ProducerConfig;
-use weir_client::consumer::{Consumer, ConsumerRecord, SeekTo, TopicPartition};
-use weir_client::producer::{DeliveryFuture, Producer, ProducerRecord};
-use weir_store::{
-    ChangelogPartition, ChangelogRecord, CommittedOffset, KeyValueStore, StoreOptions, TaskStore,
-};
-use weir_testkit::Cluster;
+use weir_client::consumer::{Consumer, SeekTo, TopicPartition};
+use weir_client::producer::{Producer, ProducerRecord};
+use weir_store::{StoreOptions, TaskStore};
+use weir_streams::task::TaskId;
+use weir_streams::{KafkaStreams, State, StreamsConfig};
+use weir_testkit::{ClientSelector, Cluster, PartitionTarget};
 
+#[allow(dead_code, clippy::result_large_err)]
+#[path = "../../streams/examples/apps/wordcount.rs"]
+mod wordcount;
+
+const APP: &str = "wordcount";
 const SENTENCES: &str = "sentences";
-const REPARTITION: &str = "wordcount-repartition";
-const CHANGELOG: &str = "wordcount-counts-changelog";
 const OUTPUT: &str = "word-counts";
-const STORE: &str = "counts";
-const PARTITIONS: i32 = 2;
-const COMMIT_EVERY: usize = 500;
+const PARTITIONS: i32 = 6;
+const BROKERS: i32 = 3;
+const THREADS: &str = "2";
+/// How long the demo waits for the output to be complete before it gives up.
+const PATIENCE: Duration = Duration::from_secs(120);
 
 const WORDS: &[&str] = &[
     "kafka",
@@ -59,18 +67,31 @@ const WORDS: &[&str] = &[
     "zombie",
 ];
 
+/// The processing guarantee of the demo's instances.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Guarantee {
+    /// `processing.guarantee=at_least_once`: the stores and the changelog
+    /// stay exact (the per-task fence), output records may repeat.
+    AtLeastOnce,
+    /// `processing.guarantee=exactly_once_v2`: one output record per input word.
+    ExactlyOnce,
+}
+
 /// Options of the demo.
 #[derive(Debug, clap::Args)]
 pub struct DemoArgs {
-    /// Sentences to produce.
+    /// Sentences to produce (half before the crash, half after).
     #[arg(long, default_value_t = 5_000)]
     pub sentences: usize,
-    /// Where the task state directories go (default: a fresh temporary directory).
+    /// Where the instances' state directories go (default: a fresh temporary directory).
     #[arg(long)]
     pub state_dir: Option<PathBuf>,
+    /// The processing guarantee.
+    #[arg(long, value_enum, default_value = "exactly-once")]
+    pub guarantee: Guarantee,
 }
 
-fn err(context: &str) -> impl Fn(String) -> String + '_ {
+fn err<E: std::fmt::Display>(context: &str) -> impl Fn(E) -> String + '_ {
     move |e| format!("{context}: {e}")
 }
 
@@ -94,437 +115,414 @@ fn sentences(n: usize) -> Vec<String> {
         .collect()
 }
 
-/// Runs the demo.
+/// What a run of the demo saw, for its report and its test.
+#[derive(Debug)]
+pub struct Outcome {
+    /// Words in the input.
+    pub words: u64,
+    /// Output records read (read_committed).
+    pub outputs: u64,
+    /// Changelog records the replacement restored (the uncommitted tail only).
+    pub replacement_restored: u64,
+    /// From the crash until the replacement owned every task it owns at the end.
+    pub takeover: Duration,
+}
+
+/// Runs the demo and prints what it did.
 pub async fn run(args: DemoArgs) -> Result<(), String> {
     let started = Instant::now();
     let temp;
-    let state_dir = match args.state_dir {
-        Some(dir) => dir,
+    let state_dir = match &args.state_dir {
+        Some(dir) => dir.clone(),
         None => {
-            temp = tempfile::tempdir().map_err(|e| format!("temporary state dir: {e}"))?;
+            temp = tempfile::tempdir().map_err(err("temporary state dir"))?;
             temp.path().to_path_buf()
         }
     };
-    let cluster = Cluster::builder()
-        .brokers(1)
-        .build()
-        .await
-        .map_err(|e| format!("starting the embedded cluster: {e}"))?;
-    let bootstrap = cluster.bootstrap();
-    println!("embedded Kafka cluster (weir-testkit) at {bootstrap}");
-    let none: [(&str, &str); 0] = [];
-    let compact = [("cleanup.policy", "compact")];
-    for (topic, compacted) in [
-        (SENTENCES, false),
-        (REPARTITION, false),
-        (CHANGELOG, true),
-        (OUTPUT, true),
-    ] {
-        let created = if compacted {
-            cluster.create_topic(topic, PARTITIONS, compact).await
-        } else {
-            cluster.create_topic(topic, PARTITIONS, none).await
-        };
-        created.map_err(|e| format!("creating {topic}: {e}"))?;
-    }
-
-    let producer = Producer::new(
-        ProducerConfig::from_properties(&[
-            ("bootstrap.servers", bootstrap.as_str()),
-            ("client.id", "weir-demo"),
-            ("linger.ms", "5"),
-            ("compression.type", "lz4"),
-        ])
-        .map_err(|e| e.to_string())?,
-    )
-    .await
-    .map_err(|e| format!("producer: {e}"))?;
-
-    // The input.
-    let input = sentences(args.sentences);
-    let mut expected: BTreeMap<String, u64> = BTreeMap::new();
-    let mut deliveries = Vec::with_capacity(input.len());
-    for sentence in &input {
-        for word in sentence.split(' ') {
-            *expected.entry(word.to_owned()).or_default() += 1;
-        }
-        let record = ProducerRecord::new(SENTENCES).with_value(sentence.clone());
-        deliveries.push(producer.enqueue(record).await.map_err(|e| e.to_string())?);
-    }
-    await_all(&producer, deliveries).await?;
-    println!("produced {} sentences to {SENTENCES}", input.len());
-
-    // Stage 1, stateless: split and repartition by word.
-    let mut consumer = consumer_for(&bootstrap).await?;
-    let mut words = 0usize;
-    let mut deliveries = Vec::new();
-    drain(&mut consumer, &cluster, SENTENCES, |record| {
-        let value = record.value.as_deref().unwrap_or_default();
-        let text = String::from_utf8_lossy(value).into_owned();
-        for word in text.split(' ').filter(|w| !w.is_empty()) {
-            words += 1;
-            deliveries.push(
-                ProducerRecord::new(REPARTITION)
-                    .with_key(word.to_owned())
-                    .with_value("1"),
-            );
-        }
-    })
-    .await?;
-    let mut pending = Vec::with_capacity(deliveries.len());
-    for record in deliveries {
-        pending.push(producer.enqueue(record).await.map_err(|e| e.to_string())?);
-    }
-    await_all(&producer, pending).await?;
-    println!("stage 1: split into {words} words, repartitioned by word into {REPARTITION}");
-
-    // Stage 2, stateful: one task per partition.
-    let mut totals: BTreeMap<String, u64> = BTreeMap::new();
-    for partition in 0..PARTITIONS {
-        let dir = state_dir.join("wordcount").join(format!("1_{partition}"));
-        let counts = count_task(&producer, &cluster, &bootstrap, &dir, partition).await?;
-        println!(
-            "stage 2: task 1_{partition} counted {} distinct words; store committed with its offsets",
-            counts.len()
-        );
-        totals.extend(counts);
-    }
-    check("stores", &totals, &expected)?;
-
-    // Lose task 1_0's state, then restore it from its changelog.
-    let dir = state_dir.join("wordcount").join("1_0");
-    let before = read_store(&dir)?;
-    let restored = restore_task(&cluster, &bootstrap, &dir, 0).await?;
-    if restored != before {
-        return Err("the restored store differs from the store before the loss".into());
-    }
-    println!("task 1_0: state directory wiped and restored from {CHANGELOG}: identical");
-
-    // The output topic's last value per word.
-    let mut consumer = consumer_for(&bootstrap).await?;
-    let mut output: BTreeMap<String, u64> = BTreeMap::new();
-    drain(&mut consumer, &cluster, OUTPUT, |record| {
-        let key = String::from_utf8_lossy(record.key.as_deref().unwrap_or_default()).into_owned();
-        let value =
-            String::from_utf8_lossy(record.value.as_deref().unwrap_or_default()).into_owned();
-        output.insert(key, value.parse().unwrap_or(u64::MAX));
-    })
-    .await?;
-    check(OUTPUT, &output, &expected)?;
-
-    let mut top: Vec<_> = totals.iter().collect();
-    top.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
-    println!("\ntop words:");
-    for (word, count) in top.iter().take(5) {
-        println!("  {word:<10} {count}");
-    }
+    let outcome = demo(&args, &state_dir).await?;
     println!(
-        "\nOK: stores, restored store and {OUTPUT} all equal a recount of the input ({} words, {:.1?})",
-        words,
-        started.elapsed()
+        "\nok: {} words in, {} output records, every count exact; the replacement took over \
+         in {:.1} s and restored {} changelog records; {:.1} s in all",
+        outcome.words,
+        outcome.outputs,
+        outcome.takeover.as_secs_f64(),
+        outcome.replacement_restored,
+        started.elapsed().as_secs_f64()
     );
-    producer.close().await;
     Ok(())
 }
 
-async fn await_all(
-    producer: &Producer,
-    deliveries: Vec<DeliveryFuture>,
-) -> Result<Vec<i64>, String> {
-    producer.flush().await;
-    let mut offsets = Vec::with_capacity(deliveries.len());
-    for d in deliveries {
-        offsets.push(d.await.map_err(|e| format!("delivery: {e}"))?.offset);
-    }
-    Ok(offsets)
-}
-
-async fn consumer_for(bootstrap: &str) -> Result<Consumer, String> {
-    let config = ConsumerConfig::from_properties(&[
-        ("bootstrap.servers", bootstrap),
-        ("client.id", "weir-demo"),
-        ("fetch.max.wait.ms", "50"),
-    ])
-    .map_err(|e| e.to_string())?;
-    Consumer::new(config)
+/// The demo itself: returns what it saw once every check passed.
+pub async fn demo(args: &DemoArgs, state_dir: &Path) -> Result<Outcome, String> {
+    let cluster = Cluster::builder()
+        .brokers(BROKERS)
+        .build()
         .await
-        .map_err(|e| format!("consumer: {e}"))
+        .map_err(err("starting the embedded cluster"))?;
+    let bootstrap = cluster.bootstrap();
+    println!("embedded Kafka cluster (weir-testkit, {BROKERS} brokers) at {bootstrap}");
+    let none: [(&str, &str); 0] = [];
+    for topic in [SENTENCES, OUTPUT] {
+        cluster
+            .create_topic(topic, PARTITIONS, none)
+            .await
+            .map_err(err(&format!("creating {topic}")))?;
+    }
+    let topology = wordcount::topology(SENTENCES, OUTPUT).map_err(err("the topology"))?;
+    println!("{}", topology.describe());
+
+    let input = sentences(args.sentences);
+    let mut expected: BTreeMap<String, u64> = BTreeMap::new();
+    for word in input.iter().flat_map(|s| s.split_whitespace()) {
+        *expected.entry(word.to_owned()).or_default() += 1;
+    }
+    let words: u64 = expected.values().sum();
+    let (first, second) = input.split_at(input.len() / 2);
+    produce(&bootstrap, first).await?;
+    println!("produced {} sentences to {SENTENCES}", first.len());
+
+    let guarantee = match args.guarantee {
+        Guarantee::AtLeastOnce => "at_least_once",
+        Guarantee::ExactlyOnce => "exactly_once_v2",
+    };
+    let config = |instance: &str, client: &str| -> Result<StreamsConfig, String> {
+        let dir = state_dir.join(instance).display().to_string();
+        StreamsConfig::from_properties(&[
+            ("application.id", APP),
+            ("bootstrap.servers", &bootstrap),
+            ("client.id", client),
+            ("group.instance.id", instance),
+            ("state.dir", &dir),
+            ("num.stream.threads", THREADS),
+            ("processing.guarantee", guarantee),
+            ("session.timeout.ms", "10000"),
+            ("heartbeat.interval.ms", "1000"),
+            ("commit.interval.ms", "200"),
+            ("fetch.max.wait.ms", "100"),
+            ("linger.ms", "5"),
+        ])
+        .map_err(err(&format!("config of {instance}")))
+    };
+    let start = |config: StreamsConfig| async {
+        let topology = wordcount::topology(SENTENCES, OUTPUT).map_err(err("the topology"))?;
+        KafkaStreams::start(topology, config)
+            .await
+            .map_err(err("starting an instance"))
+    };
+    let a = start(config("a", "demo-a")?).await?;
+    let b = start(config("b", "demo-b")?).await?;
+    println!("instances a and b started ({THREADS} threads each, {guarantee})");
+    wait_for("both instances to run their share of the tasks", || {
+        let (ma, mb) = (a.metrics(), b.metrics());
+        ma.tasks.len() + mb.tasks.len() == 2 * PARTITIONS as usize
+            && !ma.tasks.is_empty()
+            && !mb.tasks.is_empty()
+            && a.state() == State::Running
+            && b.state() == State::Running
+    })
+    .await?;
+    produce(&bootstrap, second).await?;
+    println!("produced {} more sentences", second.len());
+
+    // The crash: nothing a's connections send arrives any more, in-flight
+    // requests included; then the instance is dropped without leaving.
+    let a_tasks = a.metrics().tasks;
+    println!(
+        "crash: instance a (tasks {}) cut off from every broker and dropped",
+        list(a_tasks.keys())
+    );
+    for broker in 0..BROKERS {
+        cluster
+            .partition_client(
+                ClientSelector::ClientId("demo-a".to_owned()),
+                PartitionTarget::Broker(broker),
+            )
+            .await
+            .map_err(err("cutting a off"))?;
+    }
+    let crashed = Instant::now();
+    a.kill();
+    let a2 = start(config("a", "demo-a2")?).await?;
+    wait_for("the replacement to take a's tasks back", || {
+        let m = a2.metrics();
+        !m.tasks.is_empty() && m.restoring_tasks == 0 && m.processed > 0
+    })
+    .await?;
+    let takeover = crashed.elapsed();
+    println!(
+        "replacement a (same group.instance.id and state directory) processing after {:.1} s, \
+         tasks {}, {} changelog records restored",
+        takeover.as_secs_f64(),
+        list(a2.metrics().tasks.keys()),
+        a2.metrics().restored_records
+    );
+
+    // The output is complete once every word's last count is its true count.
+    let mut reader = Reader::new(&bootstrap).await?;
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        reader.catch_up(&cluster).await?;
+        if reader.last == expected {
+            break;
+        }
+        if Instant::now() > deadline {
+            return Err(format!(
+                "the output did not reach the true counts within {PATIENCE:?}: {} records read",
+                reader.outputs
+            ));
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // A little longer, so that a late duplicate would show.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    reader.catch_up(&cluster).await?;
+    if reader.last != expected {
+        return Err(format!(
+            "the output moved past the true counts: {}",
+            diff(&reader.last, &expected)
+        ));
+    }
+    match args.guarantee {
+        Guarantee::ExactlyOnce if reader.outputs != words => {
+            return Err(format!(
+                "exactly-once: {} output records for {words} input words",
+                reader.outputs
+            ));
+        }
+        Guarantee::AtLeastOnce if reader.outputs < words => {
+            return Err(format!(
+                "at-least-once: {} output records for {words} input words",
+                reader.outputs
+            ));
+        }
+        _ => {}
+    }
+    println!(
+        "output: {} records for {words} words; last count of every word = its recount",
+        reader.outputs
+    );
+
+    // Every store equals the recount of the words its tasks hold.
+    let owners = [("a", a2.metrics().tasks), ("b", b.metrics().tasks)];
+    let replacement_restored = a2.metrics().restored_records;
+    let close = Duration::from_secs(30);
+    a2.close(close).await.map_err(err("closing a"))?;
+    b.close(close).await.map_err(err("closing b"))?;
+    let mut stores = BTreeMap::new();
+    let count_tasks = wordcount_subtopology(&owners);
+    for (instance, tasks) in &owners {
+        for task in tasks.keys().filter(|t| t.subtopology == count_tasks) {
+            let dir = state_dir.join(instance).join(APP).join(task.to_string());
+            stores.extend(read_store(&dir)?);
+        }
+    }
+    if stores != expected {
+        return Err(format!(
+            "the stores differ from the recount: {}",
+            diff(&stores, &expected)
+        ));
+    }
+    println!(
+        "stores: every task's `{}` store = the recount",
+        wordcount::STORE
+    );
+    println!("\ntop words:");
+    let mut top: Vec<_> = expected.iter().collect();
+    top.sort_by(|x, y| y.1.cmp(x.1).then(x.0.cmp(y.0)));
+    for (word, count) in top.into_iter().take(5) {
+        println!("  {word:<10} {count}");
+    }
+    Ok(Outcome {
+        words,
+        outputs: reader.outputs,
+        replacement_restored,
+        takeover,
+    })
 }
 
-/// Reads every partition of `topic` from the start to its current end.
-async fn drain(
-    consumer: &mut Consumer,
-    cluster: &Cluster,
-    topic: &str,
-    mut each: impl FnMut(&ConsumerRecord),
-) -> Result<(), String> {
-    let mut ends = HashMap::new();
-    for p in 0..PARTITIONS {
-        let (_, _, hwm) = cluster.offsets(topic, p).await.map_err(|e| e.to_string())?;
-        ends.insert(p, hwm);
+/// The subtopology that counts (the one after the repartition): the highest.
+fn wordcount_subtopology(owners: &[(&str, BTreeMap<TaskId, usize>)]) -> u32 {
+    owners
+        .iter()
+        .flat_map(|(_, tasks)| tasks.keys().map(|t| t.subtopology))
+        .max()
+        .unwrap_or(0)
+}
+
+fn list<'a>(tasks: impl Iterator<Item = &'a TaskId>) -> String {
+    tasks.map(ToString::to_string).collect::<Vec<_>>().join(" ")
+}
+
+fn diff(got: &BTreeMap<String, u64>, want: &BTreeMap<String, u64>) -> String {
+    want.keys()
+        .chain(got.keys())
+        .collect::<std::collections::BTreeSet<_>>()
+        .into_iter()
+        .filter(|w| got.get(*w) != want.get(*w))
+        .map(|w| format!("{w}: {:?} != {:?}", got.get(w), want.get(w)))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// Polls `done` every 100 ms until it holds, for at most [`PATIENCE`].
+async fn wait_for(what: &str, mut done: impl FnMut() -> bool) -> Result<(), String> {
+    let deadline = Instant::now() + PATIENCE;
+    while !done() {
+        if Instant::now() > deadline {
+            return Err(format!("timed out waiting for {what}"));
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    let tps: Vec<_> = (0..PARTITIONS)
-        .map(|p| TopicPartition::new(topic, p))
-        .collect();
-    consumer.assign(tps.clone());
-    for tp in &tps {
-        consumer
-            .seek(tp, SeekTo::Earliest)
-            .map_err(|e| e.to_string())?;
+    Ok(())
+}
+
+async fn produce(bootstrap: &str, lines: &[String]) -> Result<(), String> {
+    let producer = Producer::new(
+        ProducerConfig::from_properties(&[
+            ("bootstrap.servers", bootstrap),
+            ("client.id", "demo-feeder"),
+            ("linger.ms", "5"),
+            ("compression.type", "lz4"),
+        ])
+        .map_err(err("producer config"))?,
+    )
+    .await
+    .map_err(err("producer"))?;
+    let mut deliveries = Vec::with_capacity(lines.len());
+    for line in lines {
+        let record = ProducerRecord::new(SENTENCES).with_value(line.clone());
+        deliveries.push(producer.enqueue(record).await.map_err(err("enqueue"))?);
     }
-    loop {
-        let mut done = true;
+    producer.flush().await;
+    for d in deliveries {
+        d.await.map_err(err("delivery"))?;
+    }
+    Ok(())
+}
+
+/// Reads `word-counts` as a read_committed consumer, keeping the last count
+/// per word.
+struct Reader {
+    consumer: Consumer,
+    tps: Vec<TopicPartition>,
+    last: BTreeMap<String, u64>,
+    outputs: u64,
+}
+
+impl Reader {
+    async fn new(bootstrap: &str) -> Result<Reader, String> {
+        let config = ConsumerConfig::from_properties(&[
+            ("bootstrap.servers", bootstrap),
+            ("client.id", "demo-reader"),
+            ("isolation.level", "read_committed"),
+            ("fetch.max.wait.ms", "50"),
+        ])
+        .map_err(err("consumer config"))?;
+        let mut consumer = Consumer::new(config).await.map_err(err("consumer"))?;
+        let tps: Vec<_> = (0..PARTITIONS)
+            .map(|p| TopicPartition::new(OUTPUT, p))
+            .collect();
+        consumer.assign(tps.clone());
         for tp in &tps {
-            let end = ends.get(&tp.partition).copied().unwrap_or(0);
-            if consumer.position(tp).await.map_err(|e| e.to_string())? < end {
-                done = false;
+            consumer.seek(tp, SeekTo::Earliest).map_err(err("seek"))?;
+        }
+        Ok(Reader {
+            consumer,
+            tps,
+            last: BTreeMap::new(),
+            outputs: 0,
+        })
+    }
+
+    /// Reads up to every partition's last stable offset now.
+    async fn catch_up(&mut self, cluster: &Cluster) -> Result<(), String> {
+        let mut ends = BTreeMap::new();
+        for tp in &self.tps {
+            let (_, lso, _) = cluster
+                .offsets(OUTPUT, tp.partition)
+                .await
+                .map_err(err("offsets"))?;
+            ends.insert(tp.partition, lso);
+        }
+        loop {
+            let mut behind = false;
+            for tp in &self.tps {
+                let position = self.consumer.position(tp).await.map_err(err("position"))?;
+                behind |= position < ends.get(&tp.partition).copied().unwrap_or(0);
+            }
+            if !behind {
+                return Ok(());
+            }
+            for record in self
+                .consumer
+                .poll_for(Duration::from_millis(100))
+                .await
+                .map_err(err("reading the output"))?
+            {
+                if record.offset >= ends.get(&record.partition).copied().unwrap_or(0) {
+                    continue;
+                }
+                let word = String::from_utf8_lossy(record.key.as_deref().unwrap_or_default());
+                let value = String::from_utf8_lossy(record.value.as_deref().unwrap_or_default());
+                let count = value
+                    .parse::<u64>()
+                    .map_err(err(&format!("the count of {word:?}")))?;
+                self.last.insert(word.into_owned(), count);
+                self.outputs += 1;
             }
         }
-        if done {
-            return Ok(());
-        }
-        for record in consumer.poll().await.map_err(|e| e.to_string())? {
-            each(&record);
-        }
     }
 }
 
-/// One stateful task: counts the words of one repartition partition.
-async fn count_task(
-    producer: &Producer,
-    cluster: &Cluster,
-    bootstrap: &str,
-    dir: &Path,
-    partition: i32,
-) -> Result<BTreeMap<String, u64>, String> {
-    let task = blocking(|| TaskStore::open(dir, StoreOptions::default()))
-        .map_err(err("opening task store"))?;
-    let store = task.key_value_store(STORE).map_err(|e| e.to_string())?;
-    let input = ChangelogPartition::new(REPARTITION, partition);
-    let changelog = ChangelogPartition::new(CHANGELOG, partition);
-    // The input position is committed with the data, so a restarted task
-    // resumes exactly where its state stops: no checkpoint file to disagree.
-    let start = match task.committed_offset(&input) {
-        CommittedOffset::Known(o) => SeekTo::Offset(o),
-        CommittedOffset::Unknown => SeekTo::Earliest,
-    };
-    let (_, _, end) = cluster
-        .offsets(REPARTITION, partition)
-        .await
-        .map_err(|e| e.to_string())?;
-    let mut consumer = consumer_for(bootstrap).await?;
-    let tp = TopicPartition::new(REPARTITION, partition);
-    consumer.assign([tp.clone()]);
-    consumer.seek(&tp, start).map_err(|e| e.to_string())?;
-
-    let mut changelog_sends = Vec::new();
-    let mut output_sends = Vec::new();
-    let mut next_input = None;
-    let mut commits = 0usize;
-    while consumer.position(&tp).await.map_err(|e| e.to_string())? < end {
-        for record in consumer.poll().await.map_err(|e| e.to_string())? {
-            let word = record.key.clone().unwrap_or_default();
-            let count = match store.get(&word).map_err(|e| e.to_string())? {
-                Some(v) => decode_count(&v)? + 1,
-                None => 1,
-            };
-            // Staged: readable by this task, invisible after a crash until commit().
-            store
-                .put(&word, &count.to_be_bytes())
-                .map_err(|e| e.to_string())?;
-            let to_changelog = ProducerRecord::new(CHANGELOG)
-                .with_partition(partition)
-                .with_key(word.clone())
-                .with_value(count.to_be_bytes().to_vec());
-            changelog_sends.push(
-                producer
-                    .enqueue(to_changelog)
-                    .await
-                    .map_err(|e| e.to_string())?,
-            );
-            let to_output = ProducerRecord::new(OUTPUT)
-                .with_key(word)
-                .with_value(count.to_string());
-            output_sends.push(
-                producer
-                    .enqueue(to_output)
-                    .await
-                    .map_err(|e| e.to_string())?,
-            );
-            next_input = Some(record.offset + 1);
-        }
-        if changelog_sends.len() >= COMMIT_EVERY {
-            commit(
-                producer,
-                &task,
-                &changelog,
-                &input,
-                &mut changelog_sends,
-                &mut output_sends,
-                next_input,
-            )
-            .await?;
-            commits += 1;
-        }
-    }
-    commit(
-        producer,
-        &task,
-        &changelog,
-        &input,
-        &mut changelog_sends,
-        &mut output_sends,
-        next_input,
-    )
-    .await?;
-    commits += 1;
-    tracing::info!(partition, commits, "task finished");
-    counts_in(&store)
-}
-
-/// At-least-once commit: the changelog and output records are acknowledged
-/// first, then the store applies its staged writes together with the changelog
-/// and input offsets in one atomic batch.
-async fn commit(
-    producer: &Producer,
-    task: &TaskStore,
-    changelog: &ChangelogPartition,
-    input: &ChangelogPartition,
-    changelog_sends: &mut Vec<DeliveryFuture>,
-    output_sends: &mut Vec<DeliveryFuture>,
-    next_input: Option<i64>,
-) -> Result<(), String> {
-    let changelog_offsets = await_all(producer, std::mem::take(changelog_sends)).await?;
-    await_all(producer, std::mem::take(output_sends)).await?;
-    let mut offsets = Vec::new();
-    if let Some(last) = changelog_offsets.iter().max() {
-        offsets.push((changelog.clone(), last + 1));
-    }
-    if let Some(next) = next_input {
-        offsets.push((input.clone(), next));
-    }
-    blocking(|| task.commit(&offsets)).map_err(err("committing the store"))
-}
-
-fn decode_count(bytes: &[u8]) -> Result<u64, String> {
-    let array: [u8; 8] = bytes
-        .try_into()
-        .map_err(|_| format!("a count of {} bytes", bytes.len()))?;
-    Ok(u64::from_be_bytes(array))
-}
-
+/// The committed counts in the store of the task in `dir`.
 fn read_store(dir: &Path) -> Result<BTreeMap<String, u64>, String> {
-    let task =
-        blocking(|| TaskStore::open(dir, StoreOptions::default())).map_err(err("opening"))?;
-    counts_in(&task.key_value_store(STORE).map_err(|e| e.to_string())?)
-}
-
-/// Every word and its count in a store, as this task sees it.
-fn counts_in(store: &KeyValueStore) -> Result<BTreeMap<String, u64>, String> {
+    let context = format!("the store in {}", dir.display());
+    let task = TaskStore::open(dir, StoreOptions::default()).map_err(err(&context))?;
+    let store = task
+        .key_value_store(wordcount::STORE)
+        .map_err(err(&context))?;
     let mut counts = BTreeMap::new();
-    for entry in store.iter().map_err(|e| e.to_string())? {
-        let (k, v) = entry.map_err(|e| e.to_string())?;
-        counts.insert(String::from_utf8_lossy(&k).into_owned(), decode_count(&v)?);
+    for entry in store.iter().map_err(err(&context))? {
+        let (key, value) = entry.map_err(err(&context))?;
+        let value: [u8; 8] = value
+            .as_slice()
+            .try_into()
+            .map_err(|_| format!("{context}: a count of {} bytes", value.len()))?;
+        counts.insert(
+            String::from_utf8_lossy(&key).into_owned(),
+            u64::from_be_bytes(value),
+        );
     }
     Ok(counts)
 }
 
-/// Wipes a task's state and rebuilds it from its changelog partition.
-async fn restore_task(
-    cluster: &Cluster,
-    bootstrap: &str,
-    dir: &Path,
-    partition: i32,
-) -> Result<BTreeMap<String, u64>, String> {
-    let task =
-        blocking(|| TaskStore::open(dir, StoreOptions::default())).map_err(err("opening"))?;
-    blocking(|| task.wipe()).map_err(err("wiping"))?;
-    let task =
-        blocking(|| TaskStore::open(dir, StoreOptions::default())).map_err(err("reopening"))?;
-    task.key_value_store(STORE).map_err(|e| e.to_string())?;
-    let changelog = ChangelogPartition::new(CHANGELOG, partition);
-    if task.committed_offset(&changelog) != CommittedOffset::Unknown {
-        return Err("a wiped store still claims a changelog offset".into());
-    }
-    let (_, _, end) = cluster
-        .offsets(CHANGELOG, partition)
-        .await
-        .map_err(|e| e.to_string())?;
-    let mut restorer =
-        blocking(|| task.restorer(STORE, changelog.clone(), end)).map_err(err("restorer"))?;
-    let mut consumer = consumer_for(bootstrap).await?;
-    let tp = TopicPartition::new(CHANGELOG, partition);
-    consumer.assign([tp.clone()]);
-    consumer
-        .seek(&tp, SeekTo::Earliest)
-        .map_err(|e| e.to_string())?;
-    while consumer.position(&tp).await.map_err(|e| e.to_string())? < end {
-        let records = consumer.poll().await.map_err(|e| e.to_string())?;
-        let batch: Vec<ChangelogRecord<'_>> = records
-            .iter()
-            .map(|r| ChangelogRecord {
-                offset: r.offset,
-                key: r.key.as_deref().unwrap_or_default(),
-                value: r.value.as_deref(),
-            })
-            .collect();
-        blocking(|| restorer.apply(&batch)).map_err(err("restoring"))?;
-    }
-    let path = restorer.path();
-    let progress = blocking(|| restorer.finish()).map_err(err("finishing the restore"))?;
-    println!(
-        "task 1_{partition}: restored {} records ({} bytes) into an empty store ({path:?})",
-        progress.records, progress.bytes
-    );
-    drop(task);
-    read_store(dir)
-}
-
-fn check(
-    what: &str,
-    got: &BTreeMap<String, u64>,
-    expected: &BTreeMap<String, u64>,
-) -> Result<(), String> {
-    if got == expected {
-        return Ok(());
-    }
-    let wrong: Vec<_> = expected
-        .iter()
-        .filter(|(w, c)| got.get(*w) != Some(c))
-        .map(|(w, c)| format!("{w}: expected {c}, got {:?}", got.get(w)))
-        .take(5)
-        .collect();
-    Err(format!(
-        "{what} disagree with the recount: {}",
-        wrong.join("; ")
-    ))
-}
-
-/// fjall is synchronous: run store calls where blocking is allowed.
-fn blocking<T>(f: impl FnOnce() -> weir_store::Result<T>) -> Result<T, String> {
-    tokio::task::block_in_place(f).map_err(|e| e.to_string())
-}
-
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 
-    // The demo checks its own result (stores, restored store and output
-    // against a recount) and returns an error on any mismatch.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn the_demo_passes_its_own_checks() {
-        let dir = tempfile::tempdir().unwrap();
-        let args = DemoArgs {
-            sentences: 300,
-            state_dir: Some(dir.path().to_path_buf()),
-        };
-        run(args).await.unwrap();
-        assert!(dir.path().join("wordcount").join("1_0").exists());
+    async fn the_demo_passes_its_own_checks_under_both_guarantees() {
+        for guarantee in [Guarantee::ExactlyOnce, Guarantee::AtLeastOnce] {
+            let dir = tempfile::tempdir().unwrap();
+            let args = DemoArgs {
+                sentences: 400,
+                state_dir: None,
+                guarantee,
+            };
+            let outcome = demo(&args, dir.path()).await.unwrap();
+            assert!(outcome.words > 1_000, "{outcome:?}");
+            assert!(outcome.outputs >= outcome.words, "{outcome:?}");
+        }
     }
 
     #[test]
     fn sentences_are_deterministic() {
-        assert_eq!(sentences(20), sentences(20));
-        assert!(sentences(20).iter().all(|s| s.split(' ').count() >= 3));
+        assert_eq!(sentences(50), sentences(50));
+        assert!(
+            sentences(50)
+                .iter()
+                .all(|s| s.split(' ').all(|w| WORDS.contains(&w)))
+        );
     }
 }

@@ -24,10 +24,16 @@ use crate::args::{Cli, Command};
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    // The demo crashes an instance on purpose: its connections are closed by
+    // the embedded cluster only when the demo ends, which is not worth a warning.
+    let default_filter = match cli.command {
+        Command::Demo(_) => "warn,weir_client::connection::messenger=error",
+        _ => "warn",
+    };
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("WEIR_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_filter)),
         )
         .with_writer(std::io::stderr)
         .init();
