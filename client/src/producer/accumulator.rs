@@ -42,14 +42,52 @@ pub fn record_size_upper_bound(record: &RecordInput) -> usize {
         + headers
 }
 
+/// Runs with a record's outcome before its future sees it, on the
+/// producer's own task: how the transactional producer counts its records
+/// without a task per record.
+pub type DeliveryHook = Box<dyn FnOnce(&Result<RecordMetadata>) + Send>;
+
 /// Where one record's result goes.
-#[derive(Debug)]
 pub struct Delivery {
     /// Receives the outcome.
-    pub tx: oneshot::Sender<Result<RecordMetadata>>,
+    pub tx: Option<oneshot::Sender<Result<RecordMetadata>>>,
+    /// Sees the outcome first, if set.
+    pub hook: Option<DeliveryHook>,
     /// The record's timestamp, reported back unless the broker stamps
     /// append time.
     pub timestamp: i64,
+}
+
+impl Delivery {
+    /// Hands `result` to the hook, then to the record's future (which the
+    /// caller may have dropped: nothing to tell then).
+    pub fn complete(mut self, result: Result<RecordMetadata>) {
+        if let Some(hook) = self.hook.take() {
+            hook(&result);
+        }
+        if let Some(tx) = self.tx.take() {
+            let _ = tx.send(result);
+        }
+    }
+}
+
+impl Drop for Delivery {
+    /// A record dropped unanswered (the producer went away) still reaches
+    /// its hook, as a closed producer, so nothing waits for it for ever.
+    fn drop(&mut self) {
+        if let Some(hook) = self.hook.take() {
+            hook(&Err(crate::ClientError::Closed));
+        }
+    }
+}
+
+impl std::fmt::Debug for Delivery {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Delivery")
+            .field("timestamp", &self.timestamp)
+            .field("hook", &self.hook.is_some())
+            .finish_non_exhaustive()
+    }
 }
 
 /// A batch of records for one partition.
@@ -113,8 +151,7 @@ impl ProducerBatch {
     /// Fails every record with a copy of `error`.
     pub fn fail(self, error: impl Fn() -> crate::ClientError) {
         for d in self.deliveries {
-            // The caller may have dropped its future: nothing to tell then.
-            let _ = d.tx.send(Err(error()));
+            d.complete(Err(error()));
         }
     }
 }
@@ -333,11 +370,43 @@ mod tests {
 
     fn delivery() -> (Delivery, oneshot::Receiver<Result<RecordMetadata>>) {
         let (tx, rx) = oneshot::channel();
-        (Delivery { tx, timestamp: 0 }, rx)
+        (
+            Delivery {
+                tx: Some(tx),
+                hook: None,
+                timestamp: 0,
+            },
+            rx,
+        )
     }
 
     fn append(acc: &mut Accumulator, tp: &TopicPartition, len: usize, now: Instant) -> Appended {
         acc.append(tp, record(len), delivery().0, None, now)
+    }
+
+    #[test]
+    fn a_hook_sees_the_outcome_once_and_a_dropped_delivery_as_closed() {
+        use std::sync::{Arc, Mutex};
+        let seen: Arc<Mutex<Vec<bool>>> = Arc::default();
+        let hooked = |seen: &Arc<Mutex<Vec<bool>>>| {
+            let seen = Arc::clone(seen);
+            let (mut d, rx) = delivery();
+            d.hook = Some(Box::new(move |r: &Result<RecordMetadata>| {
+                seen.lock().unwrap().push(r.is_ok());
+            }));
+            (d, rx)
+        };
+        let (d, mut rx) = hooked(&seen);
+        d.complete(Ok(RecordMetadata {
+            topic: "t".into(),
+            partition: 0,
+            offset: 7,
+            timestamp: 0,
+        }));
+        assert_eq!(rx.try_recv().unwrap().unwrap().offset, 7);
+        let (d, _rx) = hooked(&seen);
+        drop(d);
+        assert_eq!(*seen.lock().unwrap(), vec![true, false]);
     }
 
     #[test]

@@ -34,7 +34,9 @@ use weir_protocol::records::RecordInput;
 
 pub use record::{ProducerRecord, RecordMetadata, TopicPartition};
 
-use self::accumulator::{Accumulator, Appended, BatchingRules, Delivery, record_size_upper_bound};
+use self::accumulator::{
+    Accumulator, Appended, BatchingRules, Delivery, DeliveryHook, record_size_upper_bound,
+};
 use self::partitioner::{StickyPartitioner, partition_for_key};
 use self::sequence::SequenceBook;
 use crate::cluster::Cluster;
@@ -295,6 +297,18 @@ impl Producer {
     /// `max.block.ms`, a non-retriable metadata error such as an unknown
     /// topic, or [`ClientError::Closed`].
     pub async fn enqueue(&self, record: ProducerRecord) -> Result<DeliveryFuture> {
+        self.enqueue_with_hook(record, None).await
+    }
+
+    /// [`enqueue`](Self::enqueue), with `hook` run once on the record's
+    /// outcome before its future sees it, also when the record fails or the
+    /// producer goes away. When this returns an error the hook may have run
+    /// with that error, or may be dropped without running.
+    pub(crate) async fn enqueue_with_hook(
+        &self,
+        record: ProducerRecord,
+        hook: Option<DeliveryHook>,
+    ) -> Result<DeliveryFuture> {
         let shared = &self.handle.shared;
         if shared.closed.load(Ordering::Acquire) {
             return Err(ClientError::Closed);
@@ -350,28 +364,37 @@ impl Producer {
             .with_message(Some(&format!("the topic has {partitions} partitions"))));
         }
         let permits = u32::try_from(size).unwrap_or(u32::MAX);
-        let memory = tokio::time::timeout_at(
-            deadline,
-            Arc::clone(&shared.memory).acquire_many_owned(permits),
-        )
-        .await
-        .map_err(|_| timeout("buffer.memory"))?
-        .map_err(|_| ClientError::Closed)?;
-
-        let available: Vec<i32> = cluster
-            .cached_metadata()
-            .topic(&record.topic)
-            .map(|t| {
-                t.partitions
-                    .iter()
-                    .filter(|p| p.leader >= 0)
-                    .map(|p| p.partition)
-                    .collect()
-            })
-            .unwrap_or_default();
+        // Memory is usually free: only a full buffer waits (and times out).
+        let memory = match Arc::clone(&shared.memory).try_acquire_many_owned(permits) {
+            Ok(permit) => permit,
+            Err(tokio::sync::TryAcquireError::Closed) => return Err(ClientError::Closed),
+            Err(tokio::sync::TryAcquireError::NoPermits) => tokio::time::timeout_at(
+                deadline,
+                Arc::clone(&shared.memory).acquire_many_owned(permits),
+            )
+            .await
+            .map_err(|_| timeout("buffer.memory"))?
+            .map_err(|_| ClientError::Closed)?,
+        };
+        // The partitions with a leader, for the sticky partitioner (keyless
+        // records only).
+        let available = || -> Vec<i32> {
+            cluster
+                .cached_metadata()
+                .topic(&record.topic)
+                .map(|t| {
+                    t.partitions
+                        .iter()
+                        .filter(|p| p.leader >= 0)
+                        .map(|p| p.partition)
+                        .collect()
+                })
+                .unwrap_or_default()
+        };
         let (tx, rx) = oneshot::channel();
         let delivery = Delivery {
-            tx,
+            tx: Some(tx),
+            hook,
             timestamp: input.timestamp,
         };
         let wake = {
@@ -386,6 +409,7 @@ impl Producer {
                 (Some(p), _) => p,
                 (None, Some(key)) => partition_for_key(key, partitions),
                 (None, None) => {
+                    let available = available();
                     let p = state
                         .sticky
                         .partition(&record.topic, partitions, &available);

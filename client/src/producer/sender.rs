@@ -537,8 +537,7 @@ fn finish(
             }),
             Err(make) => Err(make()),
         };
-        // The caller may have dropped its future.
-        let _ = delivery.tx.send(result);
+        delivery.complete(result);
     }
     // Dropping the batch returns its buffer.memory.
     drop(batch.memory);

@@ -371,24 +371,18 @@ impl TransactionalProducer {
         record.partition = Some(partition);
         let tp = TopicPartition::new(record.topic.clone(), partition);
         self.ensure_in_transaction(&tp).await?;
+        // The outcome is recorded for `commit` by the producer's own task
+        // when the broker answers, even if the caller drops the future.
+        let hook: crate::producer::accumulator::DeliveryHook =
+            Box::new(move |result| admitted.into_delivery().record(result));
         let delivery = self
             .producer
-            .enqueue(record)
+            .enqueue_with_hook(record, Some(hook))
             .await
             .map_err(|e| self.fail("send", e))?;
-        let outcome = admitted.into_delivery();
         let id = self.config.transactional_id.clone();
-        // A task per record, so that the outcome is recorded for `commit`
-        // even when the caller drops the future it was given.
-        let (tx, rx) = tokio::sync::oneshot::channel();
-        tokio::spawn(async move {
-            let result = delivery.await;
-            outcome.record(&result);
-            let _ = tx.send(result);
-        });
         Ok(async move {
-            let result = rx.await.unwrap_or(Err(ClientError::Closed));
-            result.map_err(|e| ClientError::Transaction {
+            delivery.await.map_err(|e| ClientError::Transaction {
                 class: errors::classify(&e).for_record(),
                 transactional_id: id,
                 operation: "send",
