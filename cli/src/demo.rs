@@ -31,7 +31,7 @@ use weir_streams::task::TaskId;
 use weir_streams::{KafkaStreams, State, StreamsConfig};
 use weir_testkit::{ClientSelector, Cluster, PartitionTarget};
 
-#[allow(dead_code, clippy::result_large_err)]
+#[allow(dead_code)]
 #[path = "../../streams/examples/apps/wordcount.rs"]
 mod wordcount;
 

@@ -44,7 +44,7 @@ pub enum StreamsError {
         /// The store.
         store: String,
         /// The store error.
-        source: weir_store::StoreError,
+        source: Box<weir_store::StoreError>,
     },
     /// A Kafka client operation failed.
     #[error("{context}: {source}")]
@@ -80,6 +80,14 @@ impl StreamsError {
     pub fn client(context: impl Into<String>, source: weir_client::ClientError) -> Self {
         StreamsError::Client {
             context: context.into(),
+            source: Box::new(source),
+        }
+    }
+
+    /// A store error of `store`.
+    pub fn store(store: impl Into<String>, source: weir_store::StoreError) -> Self {
+        StreamsError::Store {
+            store: store.into(),
             source: Box::new(source),
         }
     }

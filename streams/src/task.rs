@@ -482,10 +482,7 @@ fn open_store(
     partition: i32,
     queue: &ChangelogQueue,
 ) -> Result<StoreSlot, StreamsError> {
-    let err = |source| StreamsError::Store {
-        store: spec.name.clone(),
-        source,
-    };
+    let err = |source| StreamsError::store(spec.name.clone(), source);
     let store = match &spec.kind {
         StoreType::KeyValue => OpenStore::Kv(task_store.key_value_store(&spec.name).map_err(err)?),
         StoreType::Window { retention, segment } => OpenStore::Window(

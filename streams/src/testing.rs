@@ -98,12 +98,8 @@ impl TopologyTestDriver {
             } else {
                 let path = dir.path().join(application_id).join(id.to_string());
                 Some(
-                    TaskStore::open(&path, StoreOptions::default()).map_err(|source| {
-                        StreamsError::Store {
-                            store: id.to_string(),
-                            source,
-                        }
-                    })?,
+                    TaskStore::open(&path, StoreOptions::default())
+                        .map_err(|source| StreamsError::store(id.to_string(), source))?,
                 )
             };
             let task = StreamTask::new(&topology, id, application_id, store.as_ref())?;
@@ -246,10 +242,7 @@ impl TopologyTestDriver {
                 }
                 store
                     .commit(&commit)
-                    .map_err(|source| StreamsError::Store {
-                        store: t.task.id().to_string(),
-                        source,
-                    })?;
+                    .map_err(|source| StreamsError::store(t.task.id().to_string(), source))?;
             }
         }
         Ok(())
@@ -338,20 +331,13 @@ impl TopologyTestDriver {
         let kv = self
             .task_store(store)?
             .key_value_store(store)
-            .map_err(|source| StreamsError::Store {
-                store: store.to_owned(),
-                source,
-            })?;
+            .map_err(|source| StreamsError::store(store.to_owned(), source))?;
         let mut out = Vec::new();
-        let iter = kv.iter().map_err(|source| StreamsError::Store {
-            store: store.to_owned(),
-            source,
-        })?;
+        let iter = kv
+            .iter()
+            .map_err(|source| StreamsError::store(store.to_owned(), source))?;
         for entry in iter {
-            let (k, v) = entry.map_err(|source| StreamsError::Store {
-                store: store.to_owned(),
-                source,
-            })?;
+            let (k, v) = entry.map_err(|source| StreamsError::store(store.to_owned(), source))?;
             out.push((K::deserialize(Some(&k))?, V::deserialize(Some(&v))?));
         }
         Ok(out)
@@ -370,10 +356,7 @@ impl TopologyTestDriver {
         to: i64,
     ) -> Result<Vec<(i64, V)>> {
         let task = self.task_store(store)?;
-        let err = |source| StreamsError::Store {
-            store: store.to_owned(),
-            source,
-        };
+        let err = |source| StreamsError::store(store.to_owned(), source);
         let (_, registration) = task
             .stores()
             .into_iter()

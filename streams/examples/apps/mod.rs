@@ -3,7 +3,6 @@
 
 #![allow(dead_code)]
 // The examples return weir-streams' own Result, as a user's code would.
-#![allow(clippy::result_large_err)]
 
 pub mod dedup;
 pub mod wordcount;

@@ -2,8 +2,6 @@
 //! start, run until SIGTERM or SIGINT, close gracefully, exit 0; one clear
 //! line on stderr and a non-zero exit when something is wrong.
 
-#![allow(clippy::result_large_err)]
-
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;

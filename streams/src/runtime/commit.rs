@@ -117,10 +117,7 @@ async fn commit_store(
     tokio::task::spawn_blocking(move || store.commit(&offsets))
         .await
         .map_err(|e| StreamsError::NotRunning(format!("task {id}: store commit: {e}")))?
-        .map_err(|source| StreamsError::Store {
-            store: id.to_string(),
-            source,
-        })
+        .map_err(|source| StreamsError::store(id.to_string(), source))
 }
 
 /// At-least-once: outputs acknowledged, then each stateful task's fenced

@@ -28,10 +28,7 @@ pub(crate) struct Prepared {
 }
 
 fn store_err(task: TaskId) -> impl Fn(StoreError) -> StreamsError {
-    move |source| StreamsError::Store {
-        store: task.to_string(),
-        source,
-    }
+    move |source| StreamsError::store(task.to_string(), source)
 }
 
 async fn blocking<T: Send + 'static>(
@@ -56,10 +53,10 @@ async fn open_store(rt: &Runtime, task: TaskId) -> Result<TaskStore> {
         })
         .await
         {
-            Err(StreamsError::Store {
-                source: StoreError::Locked { .. },
-                ..
-            }) if waited < Duration::from_secs(30) => {
+            Err(StreamsError::Store { source, .. })
+                if matches!(*source, StoreError::Locked { .. })
+                    && waited < Duration::from_secs(30) =>
+            {
                 tokio::time::sleep(Duration::from_millis(100)).await;
                 waited += Duration::from_millis(100);
             }
