@@ -14,6 +14,7 @@ use weir_client::{ClientError, Cluster};
 
 use super::config::MemberConfig;
 use super::heartbeat::{Heartbeat, Outcome, OutcomeKind};
+use super::leader::AssignError;
 use super::requests::{self, JoinParams, SyncParams, client_error};
 use super::state::Shared;
 use super::{AssignmentEvent, Command, Revocation, ShutdownMode};
@@ -321,7 +322,20 @@ impl Membership {
         let assignments = if is_leader {
             match super::leader::assign(&self.cluster, &joined).await {
                 Ok(a) => a,
-                Err(e) => return Flow::Fatal(e),
+                Err(AssignError::Metadata(e)) if e.is_network() || e.is_retriable() => {
+                    // Java's leader works from cached metadata and retries
+                    // a failed join; a Metadata request lost in a broker
+                    // restart must not stop the member for good. The join
+                    // is retried; the coordinator answers a known member's
+                    // JoinGroup in CompletingRebalance with the same
+                    // generation, so the leader assigns again.
+                    tracing::warn!(group = %self.config.group_id, generation, error = %e, "the leader's Metadata request failed: joining again");
+                    return Flow::Rejoin(self.backoff);
+                }
+                Err(AssignError::Metadata(e)) => {
+                    return Flow::Fatal(client_error("Metadata for the leader's assignment", &e));
+                }
+                Err(AssignError::Group(e)) => return Flow::Fatal(e),
             }
         } else {
             Vec::new()
