@@ -449,19 +449,28 @@ impl Membership {
     }
 
     /// `max.poll.interval.ms` passed without a poll: a dynamic member
-    /// leaves (as Java's does) and rejoins on the next poll.
+    /// leaves (as Java's does) and rejoins on the next poll. A static
+    /// member sends no LeaveGroup (KIP-345) but, like Java's
+    /// (`resetGenerationOnLeaveGroup`), gives up its generation and member
+    /// id and stops heartbeating, so the coordinator expires it after the
+    /// session timeout; it rejoins on the next poll too.
     async fn leave_after_poll_timeout(
         &mut self,
         commands: &mut mpsc::UnboundedReceiver<Command>,
     ) -> Flow {
-        tracing::warn!(group = %self.config.group_id, "not polled within max.poll.interval.ms: leaving the group");
+        let is_static = self.config.instance_id.is_some();
+        tracing::warn!(group = %self.config.group_id, is_static, "not polled within max.poll.interval.ms: leaving the group");
         // The coordinator may rebalance the moment it reads the LeaveGroup:
         // the lease (and the generation) end before it is sent. The Lost
         // event follows the leave, so a full event queue (the application
         // is not polling) cannot hold the LeaveGroup back.
         self.stop_heartbeat();
         let owned = self.shared.drop_ownership();
-        self.leave().await;
+        if is_static {
+            self.stop_heartbeat();
+        } else {
+            self.leave().await;
+        }
         self.shared.lock().member_id.clear();
         self.report_lost(owned, "max.poll.interval.ms").await;
         let left_at = Instant::now();

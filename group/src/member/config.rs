@@ -21,8 +21,10 @@ pub struct MemberConfig {
     /// `heartbeat.interval.ms` (default 3 s).
     pub heartbeat_interval: Duration,
     /// `max.poll.interval.ms` (default 5 min): sent as the rebalance timeout
-    /// and enforced locally; a dynamic member not polled for this long
-    /// leaves the group.
+    /// and enforced locally; a member not polled for this long loses its
+    /// partitions and its generation, and rejoins on the next poll. A
+    /// dynamic member sends LeaveGroup; a static one stops heartbeating and
+    /// is expired by the coordinator after the session timeout.
     pub max_poll_interval: Duration,
     /// How long before the coordinator could expire the session the member
     /// declares its partitions lost (Weir's `weir.self.fence.margin.ms`,

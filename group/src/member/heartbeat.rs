@@ -102,9 +102,12 @@ impl Heartbeat {
                 _ = sleep_until(next) => {}
                 _ = sleep_until(self.lease_deadline()) => return OutcomeKind::SelfFenced,
             }
-            if self.shared.instance_id.is_none()
-                && !self.shared.polled_since(config.max_poll_interval)
-            {
+            // Static members too: Java's static member does not send
+            // LeaveGroup, but it resets its generation and stops
+            // heartbeating, so the coordinator expires it after the
+            // session timeout instead of a hung member holding its
+            // partitions for ever.
+            if !self.shared.polled_since(config.max_poll_interval) {
                 return OutcomeKind::PollTimeout;
             }
             let coordinator = tokio::select! {
