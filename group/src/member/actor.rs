@@ -263,7 +263,11 @@ impl Membership {
         let has_generation = self.shared.lock().generation != NO_GENERATION;
         if eager && has_generation {
             // Eager: everything goes back before the join. The old
-            // generation's heartbeats keep running while the owner commits.
+            // generation's heartbeats keep running while the owner commits
+            // (the heartbeat task goes on after REBALANCE_IN_PROGRESS), so
+            // the session does not expire under a slow revocation handler;
+            // the rebalance timeout (`max.poll.interval.ms`) bounds it, and
+            // the lease with it. They stop just before the JoinGroup.
             let owned = self.shared.lock().owned.clone();
             self.revoke(owned).await;
         }
@@ -310,9 +314,11 @@ impl Membership {
             id.generation = generation;
             id.member_id = member_id.clone();
         }
-        let margin = self.config.effective_margin();
-        let session = self.config.session_timeout.saturating_sub(margin);
-        self.shared.extend_lease(generation, join_sent + session);
+        // The coordinator waits for the SyncGroup no longer than the
+        // rebalance timeout, and a new rebalance may start right after it:
+        // min(session, rebalance) - margin (`lease_span`).
+        let span = self.config.lease_span();
+        self.shared.extend_lease(generation, join_sent + span);
         let protocol_name = joined
             .protocol_name
             .as_ref()
@@ -367,7 +373,7 @@ impl Membership {
             Ok(a) => a,
             Err(e) => return Flow::Fatal(e),
         };
-        self.shared.extend_lease(generation, sync_sent + session);
+        self.shared.extend_lease(generation, sync_sent + span);
         self.generation = generation;
         self.heartbeat = Some(tokio::spawn(
             Heartbeat {
@@ -376,6 +382,7 @@ impl Membership {
                 config: self.config.clone(),
                 generation,
                 member_id,
+                synced_at: sync_sent,
                 outcomes: self.outcomes_tx.clone(),
             }
             .run(),

@@ -112,10 +112,27 @@ impl MemberConfig {
         }
     }
 
-    /// The margin actually used: never more than half the session timeout,
-    /// so a short session still leaves time to heartbeat.
-    pub(crate) fn effective_margin(&self) -> std::time::Duration {
-        self.self_fence_margin.min(self.session_timeout / 2)
+    /// The shorter of the two deadlines the coordinator keeps for a member
+    /// it last heard from: the session timeout, and the rebalance timeout
+    /// (`max.poll.interval.ms`), which bounds how long it waits for the
+    /// JoinGroup once a rebalance starts (possibly right after the last
+    /// heartbeat) and for the SyncGroup after the join.
+    fn expiry(&self) -> Duration {
+        self.session_timeout.min(self.max_poll_interval)
+    }
+
+    /// The margin actually used: never more than half of
+    /// min(session, rebalance timeout), so a short timeout still leaves
+    /// time to heartbeat.
+    pub(crate) fn effective_margin(&self) -> Duration {
+        self.self_fence_margin.min(self.expiry() / 2)
+    }
+
+    /// How long past a moment the coordinator knew the member alive (a
+    /// heartbeat, JoinGroup or SyncGroup sent then, and answered) its
+    /// partitions stay safe: min(session, rebalance timeout) - margin.
+    pub(crate) fn lease_span(&self) -> Duration {
+        self.expiry().saturating_sub(self.effective_margin())
     }
 
     /// Checks the settings.

@@ -41,12 +41,18 @@ pub(crate) struct Heartbeat {
     pub config: MemberConfig,
     pub generation: i32,
     pub member_id: String,
+    /// When the SyncGroup that started this generation was sent.
+    pub synced_at: Instant,
     pub outcomes: mpsc::UnboundedSender<Outcome>,
 }
 
 impl Heartbeat {
     pub(crate) async fn run(self) {
         let kind = self.beat_until_stopped().await;
+        self.report(kind);
+    }
+
+    fn report(&self, kind: OutcomeKind) {
         if let OutcomeKind::Code(
             code @ (codes::UNKNOWN_MEMBER_ID
             | codes::ILLEGAL_GENERATION
@@ -62,7 +68,7 @@ impl Heartbeat {
                 tracing::warn!(group = %self.config.group_id, generation = self.generation, code, "out of the group: lease ended");
             }
         }
-        tracing::debug!(group = %self.config.group_id, generation = self.generation, ?kind, "heartbeats stop");
+        tracing::debug!(group = %self.config.group_id, generation = self.generation, ?kind, "heartbeat outcome");
         let _ = self.outcomes.send(Outcome {
             generation: self.generation,
             kind,
@@ -78,6 +84,17 @@ impl Heartbeat {
         let config = &self.config;
         let group = config.group_id.as_str();
         let margin = config.effective_margin();
+        let span = config.lease_span();
+        // No rebalance can have started before this moment: the last
+        // heartbeat (or the SyncGroup) the coordinator answered with no
+        // rebalance in progress was sent then. The coordinator waits at
+        // most the rebalance timeout from the start of a rebalance for this
+        // member's JoinGroup, whatever heartbeats it gets meanwhile.
+        let mut no_rebalance_at = self.synced_at;
+        // REBALANCE_IN_PROGRESS is reported once; the heartbeats go on
+        // until the membership task stops them just before its JoinGroup
+        // (an eager member revokes first, and its owner may take a while).
+        let mut rebalance_reported = false;
         let backoff = self
             .cluster
             .config()
@@ -98,9 +115,16 @@ impl Heartbeat {
             // ends `margin` before the earliest moment the coordinator can
             // expire this member's session, so the cut-off member stops
             // writing strictly before a new owner can start.
+            //
+            // Every select is biased toward the lease deadline: when an
+            // answer and the deadline are ready at the same moment the
+            // lease ends (and the membership task reports Lost), instead of
+            // an expired lease coming back to life with no event for a
+            // writer that already saw it invalid.
             tokio::select! {
-                _ = sleep_until(next) => {}
+                biased;
                 _ = sleep_until(self.lease_deadline()) => return OutcomeKind::SelfFenced,
+                _ = sleep_until(next) => {}
             }
             // Static members too: Java's static member does not send
             // LeaveGroup, but it resets its generation and stops
@@ -111,8 +135,9 @@ impl Heartbeat {
                 return OutcomeKind::PollTimeout;
             }
             let coordinator = tokio::select! {
-                c = self.cluster.find_coordinator(CoordinatorKind::Group, group) => c,
+                biased;
                 _ = sleep_until(self.lease_deadline()) => return OutcomeKind::SelfFenced,
+                c = self.cluster.find_coordinator(CoordinatorKind::Group, group) => c,
             };
             let coordinator = match coordinator {
                 Ok(c) => c,
@@ -124,6 +149,8 @@ impl Heartbeat {
             };
             let sent_at = Instant::now();
             let answer = tokio::select! {
+                biased;
+                _ = sleep_until(self.lease_deadline()) => return OutcomeKind::SelfFenced,
                 r = requests::heartbeat(
                     &self.cluster,
                     coordinator,
@@ -133,19 +160,28 @@ impl Heartbeat {
                     self.generation,
                     request_timeout,
                 ) => r,
-                _ = sleep_until(self.lease_deadline()) => return OutcomeKind::SelfFenced,
             };
             match answer {
-                Ok(code) if code == codes::NONE || code == codes::REBALANCE_IN_PROGRESS => {
+                Ok(codes::NONE) => {
                     // The coordinator reset this member's session timer no
-                    // earlier than `sent_at`: measured from there, the
-                    // lease can never outlive the session.
-                    self.shared.extend_lease(
-                        self.generation,
-                        sent_at + config.session_timeout.saturating_sub(margin),
-                    );
-                    if code == codes::REBALANCE_IN_PROGRESS {
-                        return OutcomeKind::Code(code);
+                    // earlier than `sent_at`, and a rebalance may start
+                    // right after: measured from there, the lease outlives
+                    // neither the session nor the rebalance timeout.
+                    self.shared.extend_lease(self.generation, sent_at + span);
+                    no_rebalance_at = sent_at;
+                    next = sent_at + config.heartbeat_interval;
+                }
+                Ok(codes::REBALANCE_IN_PROGRESS) => {
+                    // The session timer was reset at `sent_at`, but the
+                    // rebalance started after `no_rebalance_at`, and the
+                    // coordinator drops this member if it has not joined
+                    // within the rebalance timeout from then.
+                    let until = (sent_at + config.session_timeout.saturating_sub(margin))
+                        .min(no_rebalance_at + config.max_poll_interval.saturating_sub(margin));
+                    self.shared.extend_lease(self.generation, until);
+                    if !rebalance_reported {
+                        rebalance_reported = true;
+                        self.report(OutcomeKind::Code(codes::REBALANCE_IN_PROGRESS));
                     }
                     next = sent_at + config.heartbeat_interval;
                 }
