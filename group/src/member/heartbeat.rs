@@ -115,16 +115,12 @@ impl Heartbeat {
             // ends `margin` before the earliest moment the coordinator can
             // expire this member's session, so the cut-off member stops
             // writing strictly before a new owner can start.
-            //
-            // Every select is biased toward the lease deadline: when an
-            // answer and the deadline are ready at the same moment the
-            // lease ends (and the membership task reports Lost), instead of
-            // an expired lease coming back to life with no event for a
-            // writer that already saw it invalid.
-            tokio::select! {
-                biased;
-                _ = sleep_until(self.lease_deadline()) => return OutcomeKind::SelfFenced,
-                _ = sleep_until(next) => {}
+            // Every step races the lease deadline (`until_deadline`).
+            if until_deadline(self.lease_deadline(), sleep_until(next))
+                .await
+                .is_none()
+            {
+                return OutcomeKind::SelfFenced;
             }
             // Static members too: Java's static member does not send
             // LeaveGroup, but it resets its generation and stops
@@ -134,10 +130,13 @@ impl Heartbeat {
             if !self.shared.polled_since(config.max_poll_interval) {
                 return OutcomeKind::PollTimeout;
             }
-            let coordinator = tokio::select! {
-                biased;
-                _ = sleep_until(self.lease_deadline()) => return OutcomeKind::SelfFenced,
-                c = self.cluster.find_coordinator(CoordinatorKind::Group, group) => c,
+            let coordinator = until_deadline(
+                self.lease_deadline(),
+                self.cluster.find_coordinator(CoordinatorKind::Group, group),
+            )
+            .await;
+            let Some(coordinator) = coordinator else {
+                return OutcomeKind::SelfFenced;
             };
             let coordinator = match coordinator {
                 Ok(c) => c,
@@ -148,10 +147,9 @@ impl Heartbeat {
                 }
             };
             let sent_at = Instant::now();
-            let answer = tokio::select! {
-                biased;
-                _ = sleep_until(self.lease_deadline()) => return OutcomeKind::SelfFenced,
-                r = requests::heartbeat(
+            let answer = until_deadline(
+                self.lease_deadline(),
+                requests::heartbeat(
                     &self.cluster,
                     coordinator,
                     group,
@@ -159,7 +157,11 @@ impl Heartbeat {
                     self.shared.instance_id.as_deref(),
                     self.generation,
                     request_timeout,
-                ) => r,
+                ),
+            )
+            .await;
+            let Some(answer) = answer else {
+                return OutcomeKind::SelfFenced;
             };
             match answer {
                 Ok(codes::NONE) => {
@@ -208,5 +210,34 @@ impl Heartbeat {
                 }
             }
         }
+    }
+}
+
+/// Runs `step` unless the lease deadline comes first: `None` when it does,
+/// and also when both are ready at the same moment (the `select!` is
+/// biased toward the deadline). Otherwise a heartbeat answer that arrives
+/// just as the lease ends could extend an expired lease with no event, and
+/// a writer that saw it invalid would never learn why.
+async fn until_deadline<F: std::future::Future>(deadline: Instant, step: F) -> Option<F::Output> {
+    tokio::select! {
+        biased;
+        _ = sleep_until(deadline) => None,
+        r = step => Some(r),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn an_answer_ready_at_the_deadline_loses_to_it() {
+        // Unbiased, each try would go either way.
+        for _ in 0..64 {
+            let now = Instant::now();
+            assert_eq!(until_deadline(now, std::future::ready(1)).await, None);
+        }
+        let later = Instant::now() + Duration::from_secs(1);
+        assert_eq!(until_deadline(later, std::future::ready(1)).await, Some(1));
     }
 }
