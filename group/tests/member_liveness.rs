@@ -295,3 +295,63 @@ async fn the_heartbeat_lease_is_bounded_by_the_rebalance_timeout() {
     );
     drop(a.stop().await);
 }
+
+/// M6: a member whose subscription does not decode is assigned nothing;
+/// the leader goes on (it used to stop, and so would every leader after it).
+#[tokio::test(start_paused = true)]
+async fn a_subscription_that_does_not_decode_is_assigned_nothing() {
+    use weir_client::cluster::{CoordinatorKind, Lane};
+    use weir_protocol::kafka_protocol::messages::join_group_request::JoinGroupRequestProtocol;
+    use weir_protocol::kafka_protocol::messages::{GroupId, JoinGroupRequest};
+    use weir_protocol::kafka_protocol::protocol::StrBytes;
+
+    let tk = testkit(2).await;
+    let journal = Journal::default();
+    let a = App::start(&tk.bootstrap(), "a", config("g"), &journal).await;
+    journal.wait_balanced(&["a"], 2).await;
+    let generation = journal.last_generation("a");
+    // A foreign static member joins with a subscription that is garbage.
+    let x = client(&tk.bootstrap(), "x").await;
+    let coordinator = x
+        .find_coordinator(CoordinatorKind::Group, "g")
+        .await
+        .unwrap();
+    let join = JoinGroupRequest::default()
+        .with_group_id(GroupId(StrBytes::from_static_str("g")))
+        .with_session_timeout_ms(10_000)
+        .with_rebalance_timeout_ms(20_000)
+        .with_member_id(StrBytes::from_static_str(""))
+        .with_group_instance_id(Some(StrBytes::from_static_str("x-1")))
+        .with_protocol_type(StrBytes::from_static_str("consumer"))
+        .with_protocols(vec![
+            JoinGroupRequestProtocol::default()
+                .with_name(StrBytes::from_static_str("cooperative-sticky"))
+                .with_metadata(bytes::Bytes::from_static(b"\x00\x01\xff\xff\xff")),
+        ]);
+    let joining = tokio::spawn(async move {
+        x.request_with_timeout(coordinator, Lane::Coordinator, &join, LIMIT)
+            .await
+    });
+    let joined = tokio::time::timeout(LIMIT, joining)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert_eq!(joined.error_code, 0);
+    assert!(joined.generation_id > generation, "a rebalance happened");
+    // a led the round and kept both partitions.
+    journal
+        .wait_for(LIMIT, "a assigned in the new generation", |e| {
+            e.iter().any(|x| {
+                matches!(x, Entry::Assigned { who, generation: g, .. } if who == "a" && *g == joined.generation_id)
+            }) || !fatal(e).is_empty()
+        })
+        .await;
+    assert!(
+        fatal(&journal.entries()).is_empty(),
+        "{:?}",
+        journal.non_writes()
+    );
+    assert_eq!(journal.owners().get("a").map(|s| s.len()), Some(2));
+    drop(a.stop().await);
+}
