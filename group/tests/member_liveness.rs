@@ -355,3 +355,49 @@ async fn a_subscription_that_does_not_decode_is_assigned_nothing() {
     assert_eq!(journal.owners().get("a").map(|s| s.len()), Some(2));
     drop(a.stop().await);
 }
+
+/// m6: a cooperative member keeps heartbeating while its JoinGroup waits
+/// for a slow member, so the lease of the partitions it keeps stays valid
+/// and it goes on writing for them throughout the rebalance.
+#[tokio::test(start_paused = true)]
+async fn a_cooperative_member_keeps_its_lease_during_a_long_join() {
+    let tk = testkit(4).await;
+    let journal = Journal::default();
+    let cfg = || config("g").with_max_poll_interval(Duration::from_secs(60));
+    let a = App::start(&tk.bootstrap(), "a", cfg(), &journal).await;
+    let b = App::start(&tk.bootstrap(), "b", cfg(), &journal).await;
+    journal.wait_balanced(&["a", "b"], 4).await;
+    // b's JoinGroup of the next rebalance reaches the coordinator 15 s
+    // late (more than the 8 s lease): a's JoinGroup waits that long.
+    delay_next(&tk, "b", ApiKey::JoinGroup, Duration::from_secs(15)).await;
+    let started = Instant::now();
+    let c = App::start(&tk.bootstrap(), "c", cfg(), &journal).await;
+    journal.wait_balanced(&["a", "b", "c"], 4).await;
+    let took = started.elapsed();
+    assert!(
+        took >= Duration::from_secs(15),
+        "the rebalance took {took:?}"
+    );
+    let mut writes: Vec<Instant> = journal
+        .entries()
+        .iter()
+        .filter_map(|e| match e {
+            Entry::Write { at, who, .. } if who == "a" && *at >= started => Some(*at),
+            _ => None,
+        })
+        .collect();
+    writes.dedup();
+    let gap = writes
+        .windows(2)
+        .map(|w| w[1] - w[0])
+        .max()
+        .unwrap_or_default();
+    assert!(
+        gap < Duration::from_secs(1),
+        "a stopped writing for {gap:?} during the rebalance"
+    );
+    assert!(fatal(&journal.entries()).is_empty());
+    for app in [a, b, c] {
+        drop(app.stop().await);
+    }
+}

@@ -3,6 +3,7 @@
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot};
@@ -271,7 +272,18 @@ impl Membership {
             let owned = self.shared.lock().owned.clone();
             self.revoke(owned).await;
         }
-        self.stop_heartbeat();
+        if eager || !has_generation {
+            // Nothing is owned (eager: revoked above), or there is no
+            // generation left to heartbeat for: the heartbeats stop
+            // before the JoinGroup.
+            self.stop_heartbeat();
+        }
+        // Cooperative (m6): the old generation's heartbeats go on during
+        // the JoinGroup, which the coordinator may hold for up to the
+        // rebalance timeout while others rejoin, so the lease of the
+        // partitions kept keeps being renewed and they are processed
+        // throughout, as KIP-429 intends. They stop when the JoinGroup is
+        // answered.
         let coordinator = match self.coordinator().await {
             Ok(c) => c,
             Err(flow) => return flow,
@@ -282,6 +294,7 @@ impl Membership {
         };
         let member_id = self.shared.lock().member_id.clone();
         let join_sent = Instant::now();
+        self.shared.joining.store(true, Ordering::Release);
         let joined = requests::join(
             &self.cluster,
             coordinator,
@@ -295,6 +308,8 @@ impl Membership {
             },
         )
         .await;
+        self.stop_heartbeat();
+        self.shared.joining.store(false, Ordering::Release);
         let joined = match joined {
             Ok(j) => j,
             Err(e) => return self.on_client_error("JoinGroup", &e),

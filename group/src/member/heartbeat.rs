@@ -4,6 +4,7 @@
 //! coordinator connection ever delays a heartbeat.
 
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use tokio::sync::mpsc;
@@ -53,11 +54,18 @@ impl Heartbeat {
     }
 
     fn report(&self, kind: OutcomeKind) {
+        // While a JoinGroup is in flight (cooperative), ILLEGAL_GENERATION
+        // means the join completed before this heartbeat: the membership
+        // task has the new generation in hand, and the lease stays. A
+        // member that was removed instead gets UNKNOWN_MEMBER_ID.
+        let join_completed = kind == OutcomeKind::Code(codes::ILLEGAL_GENERATION)
+            && self.shared.joining.load(Ordering::Acquire);
         if let OutcomeKind::Code(
             code @ (codes::UNKNOWN_MEMBER_ID
             | codes::ILLEGAL_GENERATION
             | codes::FENCED_INSTANCE_ID),
         ) = kind
+            && !join_completed
         {
             // The coordinator says this member is out: it may already
             // have handed the partitions on (a replacing static instance
