@@ -482,15 +482,15 @@ impl Membership {
     ) -> Flow {
         let is_static = self.config.instance_id.is_some();
         tracing::warn!(group = %self.config.group_id, is_static, "not polled within max.poll.interval.ms: leaving the group");
-        // The coordinator may rebalance the moment it reads the LeaveGroup:
-        // the lease (and the generation) end before it is sent. The Lost
+        // The coordinator may rebalance the moment it reads the LeaveGroup
+        // (or, for a static member, once the session the stopped heartbeats
+        // no longer renew expires): the lease (and the generation) end
+        // before it is sent. The Lost
         // event follows the leave, so a full event queue (the application
         // is not polling) cannot hold the LeaveGroup back.
         self.stop_heartbeat();
         let owned = self.shared.drop_ownership();
-        if is_static {
-            self.stop_heartbeat();
-        } else {
+        if !is_static {
             self.leave().await;
         }
         self.shared.lock().member_id.clear();
