@@ -24,7 +24,10 @@ pub struct MemberConfig {
     /// and enforced locally; a member not polled for this long loses its
     /// partitions and its generation, and rejoins on the next poll. A
     /// dynamic member sends LeaveGroup; a static one stops heartbeating and
-    /// is expired by the coordinator after the session timeout.
+    /// is expired by the coordinator after the session timeout. Below the
+    /// session timeout it also shortens the [`Lease`](super::Lease): the
+    /// coordinator waits no longer than this for a rejoin, so the lease
+    /// lasts min(session, max.poll.interval) minus the margin.
     pub max_poll_interval: Duration,
     /// How long before the coordinator could expire the session the member
     /// declares its partitions lost (Weir's `weir.self.fence.margin.ms`,

@@ -4,10 +4,8 @@
 use std::collections::BTreeMap;
 
 use bytes::Bytes;
-use weir_client::Cluster;
+use weir_client::{ClientError, Cluster};
 use weir_protocol::kafka_protocol::messages::JoinGroupResponse;
-
-use weir_client::ClientError;
 
 use crate::GroupError;
 use crate::assignor::{Assignor, GroupSubscription, MemberSubscription, to_wire_assignment};
@@ -111,9 +109,7 @@ pub(crate) async fn assign(
         let partitions = assignment.get(member).cloned().unwrap_or_default();
         out.push((
             member.clone(),
-            to_wire_assignment(&partitions)
-                .encode(version)
-                .map_err(AssignError::Group)?,
+            to_wire_assignment(&partitions).encode(version)?,
         ));
     }
     Ok(out)
