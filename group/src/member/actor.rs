@@ -3,6 +3,7 @@
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot};
@@ -14,6 +15,7 @@ use weir_client::{ClientError, Cluster};
 
 use super::config::MemberConfig;
 use super::heartbeat::{Heartbeat, Outcome, OutcomeKind};
+use super::leader::AssignError;
 use super::requests::{self, JoinParams, SyncParams, client_error};
 use super::state::Shared;
 use super::{AssignmentEvent, Command, Revocation, ShutdownMode};
@@ -262,11 +264,26 @@ impl Membership {
         let has_generation = self.shared.lock().generation != NO_GENERATION;
         if eager && has_generation {
             // Eager: everything goes back before the join. The old
-            // generation's heartbeats keep running while the owner commits.
+            // generation's heartbeats keep running while the owner commits
+            // (the heartbeat task goes on after REBALANCE_IN_PROGRESS), so
+            // the session does not expire under a slow revocation handler;
+            // the rebalance timeout (`max.poll.interval.ms`) bounds it, and
+            // the lease with it. They stop just before the JoinGroup.
             let owned = self.shared.lock().owned.clone();
             self.revoke(owned).await;
         }
-        self.stop_heartbeat();
+        if eager || !has_generation {
+            // Nothing is owned (eager: revoked above), or there is no
+            // generation left to heartbeat for: the heartbeats stop
+            // before the JoinGroup.
+            self.stop_heartbeat();
+        }
+        // Cooperative (m6): the old generation's heartbeats go on during
+        // the JoinGroup, which the coordinator may hold for up to the
+        // rebalance timeout while others rejoin, so the lease of the
+        // partitions kept keeps being renewed and they are processed
+        // throughout, as KIP-429 intends. They stop when the JoinGroup is
+        // answered.
         let coordinator = match self.coordinator().await {
             Ok(c) => c,
             Err(flow) => return flow,
@@ -277,6 +294,7 @@ impl Membership {
         };
         let member_id = self.shared.lock().member_id.clone();
         let join_sent = Instant::now();
+        self.shared.joining.store(true, Ordering::Release);
         let joined = requests::join(
             &self.cluster,
             coordinator,
@@ -290,6 +308,8 @@ impl Membership {
             },
         )
         .await;
+        self.stop_heartbeat();
+        self.shared.joining.store(false, Ordering::Release);
         let joined = match joined {
             Ok(j) => j,
             Err(e) => return self.on_client_error("JoinGroup", &e),
@@ -309,9 +329,11 @@ impl Membership {
             id.generation = generation;
             id.member_id = member_id.clone();
         }
-        let margin = self.config.effective_margin();
-        let session = self.config.session_timeout.saturating_sub(margin);
-        self.shared.extend_lease(generation, join_sent + session);
+        // The coordinator waits for the SyncGroup no longer than the
+        // rebalance timeout, and a new rebalance may start right after it:
+        // min(session, rebalance) - margin (`lease_span`).
+        let span = self.config.lease_span();
+        self.shared.extend_lease(generation, join_sent + span);
         let protocol_name = joined
             .protocol_name
             .as_ref()
@@ -321,7 +343,20 @@ impl Membership {
         let assignments = if is_leader {
             match super::leader::assign(&self.cluster, &joined).await {
                 Ok(a) => a,
-                Err(e) => return Flow::Fatal(e),
+                Err(AssignError::Metadata(e)) if e.is_network() || e.is_retriable() => {
+                    // Java's leader works from cached metadata and retries
+                    // a failed join; a Metadata request lost in a broker
+                    // restart must not stop the member for good. The join
+                    // is retried; the coordinator answers a known member's
+                    // JoinGroup in CompletingRebalance with the same
+                    // generation, so the leader assigns again.
+                    tracing::warn!(group = %self.config.group_id, generation, error = %e, "the leader's Metadata request failed: joining again");
+                    return Flow::Rejoin(self.backoff);
+                }
+                Err(AssignError::Metadata(e)) => {
+                    return Flow::Fatal(client_error("Metadata for the leader's assignment", &e));
+                }
+                Err(AssignError::Group(e)) => return Flow::Fatal(e),
             }
         } else {
             Vec::new()
@@ -353,7 +388,7 @@ impl Membership {
             Ok(a) => a,
             Err(e) => return Flow::Fatal(e),
         };
-        self.shared.extend_lease(generation, sync_sent + session);
+        self.shared.extend_lease(generation, sync_sent + span);
         self.generation = generation;
         self.heartbeat = Some(tokio::spawn(
             Heartbeat {
@@ -362,6 +397,7 @@ impl Membership {
                 config: self.config.clone(),
                 generation,
                 member_id,
+                synced_at: sync_sent,
                 outcomes: self.outcomes_tx.clone(),
             }
             .run(),
@@ -435,19 +471,28 @@ impl Membership {
     }
 
     /// `max.poll.interval.ms` passed without a poll: a dynamic member
-    /// leaves (as Java's does) and rejoins on the next poll.
+    /// leaves (as Java's does) and rejoins on the next poll. A static
+    /// member sends no LeaveGroup (KIP-345) but, like Java's
+    /// (`resetGenerationOnLeaveGroup`), gives up its generation and member
+    /// id and stops heartbeating, so the coordinator expires it after the
+    /// session timeout; it rejoins on the next poll too.
     async fn leave_after_poll_timeout(
         &mut self,
         commands: &mut mpsc::UnboundedReceiver<Command>,
     ) -> Flow {
-        tracing::warn!(group = %self.config.group_id, "not polled within max.poll.interval.ms: leaving the group");
-        // The coordinator may rebalance the moment it reads the LeaveGroup:
-        // the lease (and the generation) end before it is sent. The Lost
+        let is_static = self.config.instance_id.is_some();
+        tracing::warn!(group = %self.config.group_id, is_static, "not polled within max.poll.interval.ms: leaving the group");
+        // The coordinator may rebalance the moment it reads the LeaveGroup
+        // (or, for a static member, once the session the stopped heartbeats
+        // no longer renew expires): the lease (and the generation) end
+        // before it is sent. The Lost
         // event follows the leave, so a full event queue (the application
         // is not polling) cannot hold the LeaveGroup back.
         self.stop_heartbeat();
         let owned = self.shared.drop_ownership();
-        self.leave().await;
+        if !is_static {
+            self.leave().await;
+        }
         self.shared.lock().member_id.clear();
         self.report_lost(owned, "max.poll.interval.ms").await;
         let left_at = Instant::now();

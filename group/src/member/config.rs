@@ -21,8 +21,13 @@ pub struct MemberConfig {
     /// `heartbeat.interval.ms` (default 3 s).
     pub heartbeat_interval: Duration,
     /// `max.poll.interval.ms` (default 5 min): sent as the rebalance timeout
-    /// and enforced locally; a dynamic member not polled for this long
-    /// leaves the group.
+    /// and enforced locally; a member not polled for this long loses its
+    /// partitions and its generation, and rejoins on the next poll. A
+    /// dynamic member sends LeaveGroup; a static one stops heartbeating and
+    /// is expired by the coordinator after the session timeout. Below the
+    /// session timeout it also shortens the [`Lease`](super::Lease): the
+    /// coordinator waits no longer than this for a rejoin, so the lease
+    /// lasts min(session, max.poll.interval) minus the margin.
     pub max_poll_interval: Duration,
     /// How long before the coordinator could expire the session the member
     /// declares its partitions lost (Weir's `weir.self.fence.margin.ms`,
@@ -110,10 +115,27 @@ impl MemberConfig {
         }
     }
 
-    /// The margin actually used: never more than half the session timeout,
-    /// so a short session still leaves time to heartbeat.
-    pub(crate) fn effective_margin(&self) -> std::time::Duration {
-        self.self_fence_margin.min(self.session_timeout / 2)
+    /// The shorter of the two deadlines the coordinator keeps for a member
+    /// it last heard from: the session timeout, and the rebalance timeout
+    /// (`max.poll.interval.ms`), which bounds how long it waits for the
+    /// JoinGroup once a rebalance starts (possibly right after the last
+    /// heartbeat) and for the SyncGroup after the join.
+    fn expiry(&self) -> Duration {
+        self.session_timeout.min(self.max_poll_interval)
+    }
+
+    /// The margin actually used: never more than half of
+    /// min(session, rebalance timeout), so a short timeout still leaves
+    /// time to heartbeat.
+    pub(crate) fn effective_margin(&self) -> Duration {
+        self.self_fence_margin.min(self.expiry() / 2)
+    }
+
+    /// How long past a moment the coordinator knew the member alive (a
+    /// heartbeat, JoinGroup or SyncGroup sent then, and answered) its
+    /// partitions stay safe: min(session, rebalance timeout) - margin.
+    pub(crate) fn lease_span(&self) -> Duration {
+        self.expiry().saturating_sub(self.effective_margin())
     }
 
     /// Checks the settings.

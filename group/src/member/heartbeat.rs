@@ -4,6 +4,7 @@
 //! coordinator connection ever delays a heartbeat.
 
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use tokio::sync::mpsc;
@@ -41,17 +42,30 @@ pub(crate) struct Heartbeat {
     pub config: MemberConfig,
     pub generation: i32,
     pub member_id: String,
+    /// When the SyncGroup that started this generation was sent.
+    pub synced_at: Instant,
     pub outcomes: mpsc::UnboundedSender<Outcome>,
 }
 
 impl Heartbeat {
     pub(crate) async fn run(self) {
         let kind = self.beat_until_stopped().await;
+        self.report(kind);
+    }
+
+    fn report(&self, kind: OutcomeKind) {
+        // While a JoinGroup is in flight (cooperative), ILLEGAL_GENERATION
+        // means the join completed before this heartbeat: the membership
+        // task has the new generation in hand, and the lease stays. A
+        // member that was removed instead gets UNKNOWN_MEMBER_ID.
+        let join_completed = kind == OutcomeKind::Code(codes::ILLEGAL_GENERATION)
+            && self.shared.joining.load(Ordering::Acquire);
         if let OutcomeKind::Code(
             code @ (codes::UNKNOWN_MEMBER_ID
             | codes::ILLEGAL_GENERATION
             | codes::FENCED_INSTANCE_ID),
         ) = kind
+            && !join_completed
         {
             // The coordinator says this member is out: it may already
             // have handed the partitions on (a replacing static instance
@@ -62,7 +76,7 @@ impl Heartbeat {
                 tracing::warn!(group = %self.config.group_id, generation = self.generation, code, "out of the group: lease ended");
             }
         }
-        tracing::debug!(group = %self.config.group_id, generation = self.generation, ?kind, "heartbeats stop");
+        tracing::debug!(group = %self.config.group_id, generation = self.generation, ?kind, "heartbeat outcome");
         let _ = self.outcomes.send(Outcome {
             generation: self.generation,
             kind,
@@ -78,6 +92,17 @@ impl Heartbeat {
         let config = &self.config;
         let group = config.group_id.as_str();
         let margin = config.effective_margin();
+        let span = config.lease_span();
+        // No rebalance can have started before this moment: the last
+        // heartbeat (or the SyncGroup) the coordinator answered with no
+        // rebalance in progress was sent then. The coordinator waits at
+        // most the rebalance timeout from the start of a rebalance for this
+        // member's JoinGroup, whatever heartbeats it gets meanwhile.
+        let mut no_rebalance_at = self.synced_at;
+        // REBALANCE_IN_PROGRESS is reported once; the heartbeats go on
+        // until the membership task stops them just before its JoinGroup
+        // (an eager member revokes first, and its owner may take a while).
+        let mut rebalance_reported = false;
         let backoff = self
             .cluster
             .config()
@@ -98,18 +123,28 @@ impl Heartbeat {
             // ends `margin` before the earliest moment the coordinator can
             // expire this member's session, so the cut-off member stops
             // writing strictly before a new owner can start.
-            tokio::select! {
-                _ = sleep_until(next) => {}
-                _ = sleep_until(self.lease_deadline()) => return OutcomeKind::SelfFenced,
-            }
-            if self.shared.instance_id.is_none()
-                && !self.shared.polled_since(config.max_poll_interval)
+            // Every step races the lease deadline (`until_deadline`).
+            if until_deadline(self.lease_deadline(), sleep_until(next))
+                .await
+                .is_none()
             {
+                return OutcomeKind::SelfFenced;
+            }
+            // Static members too: Java's static member does not send
+            // LeaveGroup, but it resets its generation and stops
+            // heartbeating, so the coordinator expires it after the
+            // session timeout instead of a hung member holding its
+            // partitions for ever.
+            if !self.shared.polled_since(config.max_poll_interval) {
                 return OutcomeKind::PollTimeout;
             }
-            let coordinator = tokio::select! {
-                c = self.cluster.find_coordinator(CoordinatorKind::Group, group) => c,
-                _ = sleep_until(self.lease_deadline()) => return OutcomeKind::SelfFenced,
+            let coordinator = until_deadline(
+                self.lease_deadline(),
+                self.cluster.find_coordinator(CoordinatorKind::Group, group),
+            )
+            .await;
+            let Some(coordinator) = coordinator else {
+                return OutcomeKind::SelfFenced;
             };
             let coordinator = match coordinator {
                 Ok(c) => c,
@@ -120,8 +155,9 @@ impl Heartbeat {
                 }
             };
             let sent_at = Instant::now();
-            let answer = tokio::select! {
-                r = requests::heartbeat(
+            let answer = until_deadline(
+                self.lease_deadline(),
+                requests::heartbeat(
                     &self.cluster,
                     coordinator,
                     group,
@@ -129,20 +165,33 @@ impl Heartbeat {
                     self.shared.instance_id.as_deref(),
                     self.generation,
                     request_timeout,
-                ) => r,
-                _ = sleep_until(self.lease_deadline()) => return OutcomeKind::SelfFenced,
+                ),
+            )
+            .await;
+            let Some(answer) = answer else {
+                return OutcomeKind::SelfFenced;
             };
             match answer {
-                Ok(code) if code == codes::NONE || code == codes::REBALANCE_IN_PROGRESS => {
+                Ok(codes::NONE) => {
                     // The coordinator reset this member's session timer no
-                    // earlier than `sent_at`: measured from there, the
-                    // lease can never outlive the session.
-                    self.shared.extend_lease(
-                        self.generation,
-                        sent_at + config.session_timeout.saturating_sub(margin),
-                    );
-                    if code == codes::REBALANCE_IN_PROGRESS {
-                        return OutcomeKind::Code(code);
+                    // earlier than `sent_at`, and a rebalance may start
+                    // right after: measured from there, the lease outlives
+                    // neither the session nor the rebalance timeout.
+                    self.shared.extend_lease(self.generation, sent_at + span);
+                    no_rebalance_at = sent_at;
+                    next = sent_at + config.heartbeat_interval;
+                }
+                Ok(codes::REBALANCE_IN_PROGRESS) => {
+                    // The session timer was reset at `sent_at`, but the
+                    // rebalance started after `no_rebalance_at`, and the
+                    // coordinator drops this member if it has not joined
+                    // within the rebalance timeout from then.
+                    let until = (sent_at + config.session_timeout.saturating_sub(margin))
+                        .min(no_rebalance_at + config.max_poll_interval.saturating_sub(margin));
+                    self.shared.extend_lease(self.generation, until);
+                    if !rebalance_reported {
+                        rebalance_reported = true;
+                        self.report(OutcomeKind::Code(codes::REBALANCE_IN_PROGRESS));
                     }
                     next = sent_at + config.heartbeat_interval;
                 }
@@ -169,5 +218,34 @@ impl Heartbeat {
                 }
             }
         }
+    }
+}
+
+/// Runs `step` unless the lease deadline comes first: `None` when it does,
+/// and also when both are ready at the same moment (the `select!` is
+/// biased toward the deadline). Otherwise a heartbeat answer that arrives
+/// just as the lease ends could extend an expired lease with no event, and
+/// a writer that saw it invalid would never learn why.
+async fn until_deadline<F: std::future::Future>(deadline: Instant, step: F) -> Option<F::Output> {
+    tokio::select! {
+        biased;
+        _ = sleep_until(deadline) => None,
+        r = step => Some(r),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn an_answer_ready_at_the_deadline_loses_to_it() {
+        // Unbiased, each try would go either way.
+        for _ in 0..64 {
+            let now = Instant::now();
+            assert_eq!(until_deadline(now, std::future::ready(1)).await, None);
+        }
+        let later = Instant::now() + Duration::from_secs(1);
+        assert_eq!(until_deadline(later, std::future::ready(1)).await, Some(1));
     }
 }

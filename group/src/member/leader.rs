@@ -4,19 +4,39 @@
 use std::collections::BTreeMap;
 
 use bytes::Bytes;
-use weir_client::Cluster;
+use weir_client::{ClientError, Cluster};
 use weir_protocol::kafka_protocol::messages::JoinGroupResponse;
 
-use super::requests::client_error;
+use crate::GroupError;
 use crate::assignor::{Assignor, GroupSubscription, MemberSubscription, to_wire_assignment};
-use crate::consumer_protocol::{CONSUMER_PROTOCOL_MAX_VERSION, Subscription};
-use crate::{GroupError, Result};
+use crate::consumer_protocol::{CONSUMER_PROTOCOL_MAX_VERSION, NO_GENERATION, Subscription};
+
+/// Why the leader could not compute the assignment.
+#[derive(Debug)]
+pub(crate) enum AssignError {
+    /// The Metadata request for the subscribed topics failed: the caller
+    /// decides whether joining again may help.
+    Metadata(ClientError),
+    /// Anything else (an assignor Weir lacks, an assignment that does not
+    /// encode): retrying cannot help.
+    Group(GroupError),
+}
+
+impl From<GroupError> for AssignError {
+    fn from(e: GroupError) -> Self {
+        AssignError::Group(e)
+    }
+}
 
 /// The assignments to send in the leader's SyncGroup.
+///
+/// A member whose subscription does not decode is assigned nothing (with a
+/// warning), rather than failing the leader: otherwise one malformed
+/// member would kill every member that becomes leader in turn.
 pub(crate) async fn assign(
     cluster: &Cluster,
     join: &JoinGroupResponse,
-) -> Result<Vec<(String, Bytes)>> {
+) -> Result<Vec<(String, Bytes)>, AssignError> {
     let protocol = join
         .protocol_name
         .as_ref()
@@ -32,15 +52,27 @@ pub(crate) async fn assign(
     // (Java, librdkafka, older Weir) can read its assignment.
     let mut version = CONSUMER_PROTOCOL_MAX_VERSION;
     for m in &join.members {
-        let (v, subscription) = Subscription::decode(&m.metadata)?;
-        version = version.min(v.max(0));
-        group.members.insert(
-            m.member_id.to_string(),
-            MemberSubscription::from_wire(
-                m.group_instance_id.as_ref().map(|i| i.to_string()),
-                &subscription,
-            ),
-        );
+        let instance_id = m.group_instance_id.as_ref().map(|i| i.to_string());
+        let member = match Subscription::decode(&m.metadata) {
+            Ok((v, subscription)) => {
+                version = version.min(v.max(0));
+                MemberSubscription::from_wire(instance_id, &subscription)
+            }
+            Err(error) => {
+                tracing::warn!(
+                    member = %m.member_id,
+                    %error,
+                    "a member's subscription does not decode: it is assigned nothing"
+                );
+                MemberSubscription {
+                    instance_id,
+                    topics: Default::default(),
+                    owned: Vec::new(),
+                    generation: NO_GENERATION,
+                }
+            }
+        };
+        group.members.insert(m.member_id.to_string(), member);
     }
     let topics: Vec<String> = group
         .members
@@ -53,7 +85,7 @@ pub(crate) async fn assign(
     let metadata = cluster
         .refresh_metadata(&names)
         .await
-        .map_err(|e| client_error("Metadata for the leader's assignment", &e))?;
+        .map_err(AssignError::Metadata)?;
     let mut partitions_per_topic = BTreeMap::new();
     for t in &names {
         // A topic that does not exist (yet) gets no partitions this round.

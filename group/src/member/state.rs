@@ -96,6 +96,10 @@ pub(crate) struct Shared {
     /// Woken when the application polls, for a member that left after
     /// `max.poll.interval.ms` and rejoins on the next poll.
     pub polled: Notify,
+    /// A JoinGroup is in flight while the old generation's heartbeats go
+    /// on (cooperative): ILLEGAL_GENERATION on one of them then only means
+    /// the join completed first.
+    pub joining: AtomicBool,
 }
 
 impl Shared {
@@ -112,6 +116,7 @@ impl Shared {
             }),
             in_poll: AtomicBool::new(false),
             polled: Notify::new(),
+            joining: AtomicBool::new(false),
         })
     }
 
