@@ -5,10 +5,13 @@
 //! - [`range`]: Java's `RangeAssignor`, per topic;
 //! - [`round_robin`]: Java's `RoundRobinAssignor`;
 //! - [`cooperative_sticky`]: KIP-429 incremental cooperative rebalancing with
-//!   the stickiness and balance of Java's `AbstractStickyAssignor`.
+//!   the stickiness and balance of Java's `AbstractStickyAssignor`;
+//! - [`custom`]: the trait for an application's own assignor, which may
+//!   query the cluster and exchange user data (the streams task assignor).
 
 mod claims;
 pub mod cooperative_sticky;
+pub mod custom;
 pub mod range;
 pub mod round_robin;
 

@@ -224,7 +224,7 @@ impl Membership {
             .map_err(|e| self.on_client_error("FindCoordinator", &e))
     }
 
-    fn subscriptions(&self) -> Result<Vec<(&'static str, bytes::Bytes)>> {
+    fn subscriptions(&self) -> Result<Vec<(String, bytes::Bytes)>> {
         let (owned, generation) = {
             let id = self.shared.lock();
             (id.owned.clone(), id.generation)
@@ -240,6 +240,20 @@ impl Membership {
             }
         }
         let mut out = Vec::new();
+        if let Some(custom) = &self.config.custom_assignor {
+            let subscription = Subscription {
+                topics: self.config.topics.clone(),
+                user_data: custom.0.subscription_user_data(&owned, generation),
+                owned_partitions: owned_wire,
+                generation_id: generation,
+                rack_id: self.config.rack.clone(),
+            };
+            out.push((
+                custom.0.name().to_owned(),
+                subscription.encode(CONSUMER_PROTOCOL_MAX_VERSION)?,
+            ));
+            return Ok(out);
+        }
         for assignor in &self.config.assignors {
             let cooperative = assignor.protocol() == RebalanceProtocol::Cooperative;
             let subscription = Subscription {
@@ -250,7 +264,7 @@ impl Membership {
                 rack_id: self.config.rack.clone(),
             };
             out.push((
-                assignor.name(),
+                assignor.name().to_owned(),
                 subscription.encode(CONSUMER_PROTOCOL_MAX_VERSION)?,
             ));
         }
@@ -341,8 +355,17 @@ impl Membership {
             .unwrap_or_default();
         let is_leader = joined.leader == joined.member_id && !joined.skip_assignment;
         let assignments = if is_leader {
-            match super::leader::assign(&self.cluster, &joined).await {
+            let custom = self.config.custom_assignor.as_ref().map(|c| &*c.0);
+            match super::leader::assign(&self.cluster, &joined, custom).await {
                 Ok(a) => a,
+                Err(AssignError::Group(
+                    e @ GroupError::Client {
+                        retriable: true, ..
+                    },
+                )) => {
+                    tracing::warn!(group = %self.config.group_id, generation, error = %e, "the assignor failed: joining again");
+                    return Flow::Rejoin(self.backoff);
+                }
                 Err(AssignError::Metadata(e)) if e.is_network() || e.is_retriable() => {
                     // Java's leader works from cached metadata and retries
                     // a failed join; a Metadata request lost in a broker
@@ -384,10 +407,17 @@ impl Membership {
         if synced.error_code != codes::NONE {
             return self.on_code(synced.error_code).await;
         }
-        let assigned = match decode_assignment(&synced.assignment) {
+        let (assigned, user_data) = match decode_assignment(&synced.assignment) {
             Ok(a) => a,
             Err(e) => return Flow::Fatal(e),
         };
+        if let Some(custom) = &self.config.custom_assignor {
+            let assignment = crate::assignor::custom::MemberAssignment {
+                partitions: assigned.clone(),
+                user_data,
+            };
+            custom.0.on_assignment(&assignment, generation);
+        }
         self.shared.extend_lease(generation, sync_sent + span);
         self.generation = generation;
         self.heartbeat = Some(tokio::spawn(
@@ -554,13 +584,13 @@ impl Membership {
     }
 }
 
-fn decode_assignment(bytes: &[u8]) -> Result<BTreeSet<TopicPartition>> {
+fn decode_assignment(bytes: &[u8]) -> Result<(BTreeSet<TopicPartition>, Option<bytes::Bytes>)> {
     // A member the leader gave nothing may get no bytes at all.
     if bytes.is_empty() {
-        return Ok(BTreeSet::new());
+        return Ok((BTreeSet::new(), None));
     }
     let (_, assignment) = Assignment::decode(bytes)?;
-    Ok(assignment
+    let partitions = assignment
         .assigned_partitions
         .iter()
         .flat_map(|t| {
@@ -568,5 +598,6 @@ fn decode_assignment(bytes: &[u8]) -> Result<BTreeSet<TopicPartition>> {
                 .iter()
                 .map(|p| TopicPartition::new(t.topic.clone(), *p))
         })
-        .collect())
+        .collect();
+    Ok((partitions, assignment.user_data))
 }

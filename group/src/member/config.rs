@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+use crate::assignor::custom::{CustomAssignor, GroupAssignor};
 use crate::assignor::{Assignor, RebalanceProtocol};
 
 /// How a [`GroupMember`](super::GroupMember) joins and stays in its group.
@@ -13,6 +14,9 @@ pub struct MemberConfig {
     pub topics: Vec<String>,
     /// `partition.assignment.strategy`, in order of preference.
     pub assignors: Vec<Assignor>,
+    /// An assignor of the application's: when set, it is the only one
+    /// offered and `assignors` is ignored.
+    pub custom_assignor: Option<CustomAssignor>,
     /// `group.instance.id`: makes the member static (KIP-345).
     pub instance_id: Option<String>,
     /// `session.timeout.ms` (default 45 s): how long the coordinator waits
@@ -49,6 +53,7 @@ impl MemberConfig {
             group_id: group_id.into(),
             topics: topics.into_iter().map(Into::into).collect(),
             assignors: vec![Assignor::CooperativeSticky],
+            custom_assignor: None,
             instance_id: None,
             session_timeout: Duration::from_secs(45),
             heartbeat_interval: Duration::from_secs(3),
@@ -61,6 +66,13 @@ impl MemberConfig {
     /// Sets `partition.assignment.strategy`.
     pub fn with_assignors(mut self, assignors: impl IntoIterator<Item = Assignor>) -> Self {
         self.assignors = assignors.into_iter().collect();
+        self
+    }
+
+    /// Offers only `assignor`, the application's own (see
+    /// [`GroupAssignor`]).
+    pub fn with_custom_assignor(mut self, assignor: std::sync::Arc<dyn GroupAssignor>) -> Self {
+        self.custom_assignor = Some(CustomAssignor(assignor));
         self
     }
 
@@ -103,6 +115,9 @@ impl MemberConfig {
     /// Cooperative only when every offered assignor is (as in Java: the
     /// group may pick any of them, and an eager one needs eager revocation).
     pub fn protocol(&self) -> RebalanceProtocol {
+        if let Some(custom) = &self.custom_assignor {
+            return custom.0.protocol();
+        }
         if !self.assignors.is_empty()
             && self
                 .assignors
@@ -147,7 +162,7 @@ impl MemberConfig {
         if self.group_id.is_empty() {
             return invalid("group.id must not be empty");
         }
-        if self.assignors.is_empty() {
+        if self.assignors.is_empty() && self.custom_assignor.is_none() {
             return invalid("partition.assignment.strategy must name at least one assignor");
         }
         if self.heartbeat_interval.is_zero() || self.heartbeat_interval >= self.session_timeout {

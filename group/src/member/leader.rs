@@ -8,6 +8,7 @@ use weir_client::{ClientError, Cluster};
 use weir_protocol::kafka_protocol::messages::JoinGroupResponse;
 
 use crate::GroupError;
+use crate::assignor::custom::{CustomGroup, CustomMember, GroupAssignor};
 use crate::assignor::{Assignor, GroupSubscription, MemberSubscription, to_wire_assignment};
 use crate::consumer_protocol::{CONSUMER_PROTOCOL_MAX_VERSION, NO_GENERATION, Subscription};
 
@@ -36,17 +37,22 @@ impl From<GroupError> for AssignError {
 pub(crate) async fn assign(
     cluster: &Cluster,
     join: &JoinGroupResponse,
+    custom: Option<&dyn GroupAssignor>,
 ) -> Result<Vec<(String, Bytes)>, AssignError> {
     let protocol = join
         .protocol_name
         .as_ref()
         .map(|p| p.to_string())
         .unwrap_or_default();
-    let assignor = Assignor::from_name(&protocol).ok_or_else(|| {
-        GroupError::InvalidConfig(format!(
-            "the group chose assignor {protocol:?}, which Weir lacks"
-        ))
-    })?;
+    let assignor = match custom {
+        Some(custom) if custom.name() == protocol => None,
+        _ => Some(Assignor::from_name(&protocol).ok_or_else(|| {
+            GroupError::InvalidConfig(format!(
+                "the group chose assignor {protocol:?}, which Weir lacks"
+            ))
+        })?),
+    };
+    let mut user_data = BTreeMap::new();
     let mut group = GroupSubscription::default();
     // Answer in the lowest version any member sent, so every member
     // (Java, librdkafka, older Weir) can read its assignment.
@@ -56,6 +62,7 @@ pub(crate) async fn assign(
         let member = match Subscription::decode(&m.metadata) {
             Ok((v, subscription)) => {
                 version = version.min(v.max(0));
+                user_data.insert(m.member_id.to_string(), subscription.user_data.clone());
                 MemberSubscription::from_wire(instance_id, &subscription)
             }
             Err(error) => {
@@ -97,6 +104,12 @@ pub(crate) async fn assign(
         }
     }
     group.partitions_per_topic = partitions_per_topic;
+    let Some(assignor) = assignor else {
+        let Some(custom) = custom else {
+            return Ok(Vec::new());
+        };
+        return custom_assign(cluster, join, custom, group, user_data, version).await;
+    };
     let assignment = assignor.assign(&group);
     tracing::info!(
         assignor = assignor.name(),
@@ -111,6 +124,49 @@ pub(crate) async fn assign(
             member.clone(),
             to_wire_assignment(&partitions).encode(version)?,
         ));
+    }
+    Ok(out)
+}
+
+/// The leader's step under the application's own assignor.
+async fn custom_assign(
+    cluster: &Cluster,
+    join: &JoinGroupResponse,
+    custom: &dyn GroupAssignor,
+    group: GroupSubscription,
+    mut user_data: BTreeMap<String, Option<Bytes>>,
+    version: i16,
+) -> Result<Vec<(String, Bytes)>, AssignError> {
+    let input = CustomGroup {
+        members: group
+            .members
+            .into_iter()
+            .map(|(id, subscription)| {
+                let user_data = user_data.remove(&id).flatten();
+                (
+                    id,
+                    CustomMember {
+                        subscription,
+                        user_data,
+                    },
+                )
+            })
+            .collect(),
+        partitions_per_topic: group.partitions_per_topic,
+    };
+    let mut assignment = custom.assign(cluster, &input).await?;
+    tracing::info!(
+        assignor = custom.name(),
+        members = input.members.len(),
+        generation = join.generation_id,
+        "leader assigned partitions"
+    );
+    let mut out = Vec::with_capacity(input.members.len());
+    for member in input.members.keys() {
+        let given = assignment.remove(member).unwrap_or_default();
+        let mut wire = to_wire_assignment(&given.partitions);
+        wire.user_data = given.user_data;
+        out.push((member.clone(), wire.encode(version)?));
     }
     Ok(out)
 }

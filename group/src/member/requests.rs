@@ -37,7 +37,7 @@ pub(crate) struct JoinParams<'a> {
     pub session_timeout: Duration,
     pub rebalance_timeout: Duration,
     /// (protocol name, subscription bytes), in order of preference.
-    pub protocols: Vec<(&'static str, Bytes)>,
+    pub protocols: Vec<(String, Bytes)>,
 }
 
 fn millis(d: Duration) -> i32 {
