@@ -132,7 +132,6 @@ async fn drive(
                         owned.remove(tp);
                     }
                 }
-                _ => {}
             }
         }
     })
@@ -167,13 +166,12 @@ async fn user_data_goes_both_ways_and_partitions_move_cooperatively() {
         drive(&mut a, &mut a_owned, |o| o.is_empty()).await;
         (a, a_owned)
     };
-    let (b_done, (a_back, a_owned)) = tokio::join!(
+    let ((), (a_back, a_owned)) = tokio::join!(
         async {
             drive(&mut b, &mut b_owned, |o| o.len() == 4).await;
         },
         both
     );
-    let _ = b_done;
     assert!(a_owned.is_empty());
     assert_eq!(b_owned, partitions(4));
     // The leader saw both members' user data.
