@@ -278,16 +278,30 @@ impl TransactionalProducer {
         if self.state() != TransactionState::Uninitialized {
             return Err(self.refuse("init_transactions"));
         }
-        self.new_epoch("init_transactions").await
+        self.new_epoch("init_transactions", false).await
     }
 
-    async fn new_epoch(&self, operation: &'static str) -> Result<()> {
+    /// InitProducerId. `bump`: this instance bumps its own epoch (after an
+    /// abort), naming its producer id and epoch (KIP-360), so that a newer
+    /// instance that replaced it meanwhile is not fenced by it: this one
+    /// gets `PRODUCER_FENCED` instead.
+    async fn new_epoch(&self, operation: &'static str, bump: bool) -> Result<()> {
         let timeout_ms =
             i32::try_from(self.config.transaction_timeout.as_millis()).unwrap_or(i32::MAX);
-        let (pid, epoch) =
-            requests::init_producer_id(self.cluster(), &self.config.transactional_id, timeout_ms)
-                .await
-                .map_err(|e| self.fail(operation, e))?;
+        let current = if bump {
+            let p = self.lock();
+            (p.producer_id >= 0 && p.epoch >= 0).then_some((p.producer_id, p.epoch))
+        } else {
+            None
+        };
+        let (pid, epoch) = requests::init_producer_id(
+            self.cluster(),
+            &self.config.transactional_id,
+            timeout_ms,
+            current,
+        )
+        .await
+        .map_err(|e| self.fail(operation, e))?;
         self.producer.set_identity(pid, epoch);
         let mut p = self.lock();
         p.producer_id = pid;
@@ -615,7 +629,7 @@ impl TransactionalProducer {
             // A failed batch may have left the partition's sequence out of
             // step with the broker: start the next transaction on a new
             // epoch, where every sequence starts at 0 again.
-            self.new_epoch(operation).await?;
+            self.new_epoch(operation, true).await?;
         }
         Ok(())
     }
