@@ -214,3 +214,51 @@ async fn misuse_is_refused_with_a_typed_error_and_nothing_is_sent() {
     p.commit().await.unwrap();
     assert_eq!(p.state(), TransactionState::Ready);
 }
+
+/// m4: INVALID_TXN_STATE (48) on Produce is the partition leader's KIP-890
+/// verification failure. Java's producer treats it as abortable: the
+/// transaction is aborted and the producer goes on. Weir must not kill it.
+#[tokio::test(start_paused = true)]
+async fn invalid_txn_state_from_produce_is_abortable_not_fatal() {
+    use weir_client::transaction::TransactionErrorClass;
+    use weir_protocol::ApiKey;
+    use weir_testkit::faults::{Intercept, InterceptAction, RequestMatcher};
+    const INVALID_TXN_STATE: i16 = 48;
+
+    let kit = testkit(1, &["out"]).await;
+    let p = producer(&kit, "verify", TransactionConfig::new("tx-verify")).await;
+    p.begin().unwrap();
+    kit.intercept(
+        Intercept::new(
+            RequestMatcher::api(ApiKey::Produce).client("verify"),
+            InterceptAction::Error(INVALID_TXN_STATE),
+        )
+        .times(1),
+    )
+    .await
+    .unwrap();
+    let err = p
+        .send(ProducerRecord::new("out").with_value("refused"))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        err.transaction_class(),
+        Some(TransactionErrorClass::Abortable),
+        "{err}"
+    );
+    let commit = p.commit().await.unwrap_err();
+    assert_eq!(
+        commit.transaction_class(),
+        Some(TransactionErrorClass::Abortable),
+        "{commit}"
+    );
+    p.abort().await.unwrap();
+    assert_eq!(p.state(), TransactionState::Ready);
+
+    p.begin().unwrap();
+    p.send(ProducerRecord::new("out").with_value("next"))
+        .await
+        .unwrap();
+    p.commit().await.unwrap();
+    assert_eq!(all_values(&read_committed(&kit, "out", 1).await), ["next"]);
+}
