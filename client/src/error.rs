@@ -213,6 +213,16 @@ pub enum ClientError {
         /// The position that was out of range.
         offset: i64,
     },
+    /// An assigned partition has no position (no committed offset, no
+    /// seek) and `auto.offset.reset` is `none` (Java's
+    /// `NoOffsetForPartitionException`): seek it, then poll again.
+    #[error("{topic}-{partition}: no offset to start from and auto.offset.reset is none")]
+    NoOffsetForPartition {
+        /// The topic.
+        topic: String,
+        /// The partition.
+        partition: i32,
+    },
     /// The consumer was asked about a partition it is not assigned.
     #[error("{topic}-{partition} is not assigned to this consumer")]
     NotAssigned {

@@ -145,3 +145,58 @@ async fn a_batch_of_unknown_outcome_is_not_resent_under_a_new_producer_id() {
     assert_eq!(log_of(&kit, 1).await, ["b0", "b1", "b2", "b3"]);
     assert_eq!(log_of(&kit, 0).await, ["a1"]);
 }
+
+/// UNKNOWN_PRODUCER_ID (59): the broker lost the producer's state (on older
+/// brokers, after retention removed its last records). The batch was not
+/// written, so, as Java's idempotent producer (KIP-360), Weir bumps the
+/// epoch (InitProducerId naming its current producer id and epoch) and
+/// sends the batch again, instead of failing the user's records.
+#[tokio::test(start_paused = true)]
+async fn unknown_producer_id_on_a_clean_batch_bumps_the_epoch_and_retries() {
+    use weir_protocol::kafka_protocol::messages::RequestKind;
+    const UNKNOWN_PRODUCER_ID: i16 = 59;
+    let kit = two_brokers().await;
+    let producer = Producer::with_cluster(
+        client(&kit, "unknown-pid").await,
+        ProducerOptions::default(),
+    )
+    .unwrap();
+    let first = producer.send(record(0, "a0")).await.unwrap();
+    assert_eq!(first.offset, 0);
+    kit.intercept(
+        Intercept::new(
+            RequestMatcher::api(ApiKey::Produce).broker(0),
+            InterceptAction::Error(UNKNOWN_PRODUCER_ID),
+        )
+        .times(1),
+    )
+    .await
+    .unwrap();
+    let second = producer.send(record(0, "a1")).await;
+    let second = second.expect("UNKNOWN_PRODUCER_ID must not reach the user");
+    assert_eq!(second.offset, 1);
+    producer.send(record(0, "a2")).await.unwrap();
+    producer.close().await;
+    assert_eq!(log_of(&kit, 0).await, ["a0", "a1", "a2"]);
+
+    // The second InitProducerId named the producer id and epoch it had.
+    let inits: Vec<(i16, i64, i16)> = kit
+        .requests()
+        .await
+        .unwrap()
+        .iter()
+        .filter(|r| r.api_key == ApiKey::InitProducerId)
+        .filter_map(|r| match &r.body {
+            RequestKind::InitProducerId(b) => Some((r.version, b.producer_id.0, b.producer_epoch)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(inits.len(), 2, "{inits:?}");
+    assert_eq!((inits[0].1, inits[0].2), (-1, -1));
+    assert!(inits[1].0 >= 3, "the testkit speaks InitProducerId v3+");
+    assert!(
+        inits[1].1 >= 0,
+        "KIP-360: the current producer id: {inits:?}"
+    );
+    assert_eq!(inits[1].2, 0, "and its epoch: {inits:?}");
+}

@@ -214,3 +214,154 @@ async fn misuse_is_refused_with_a_typed_error_and_nothing_is_sent() {
     p.commit().await.unwrap();
     assert_eq!(p.state(), TransactionState::Ready);
 }
+
+/// m4: INVALID_TXN_STATE (48) on Produce is the partition leader's KIP-890
+/// verification failure. Java's producer treats it as abortable: the
+/// transaction is aborted and the producer goes on. Weir must not kill it.
+#[tokio::test(start_paused = true)]
+async fn invalid_txn_state_from_produce_is_abortable_not_fatal() {
+    use weir_client::transaction::TransactionErrorClass;
+    use weir_protocol::ApiKey;
+    use weir_testkit::faults::{Intercept, InterceptAction, RequestMatcher};
+    const INVALID_TXN_STATE: i16 = 48;
+
+    let kit = testkit(1, &["out"]).await;
+    let p = producer(&kit, "verify", TransactionConfig::new("tx-verify")).await;
+    p.begin().unwrap();
+    kit.intercept(
+        Intercept::new(
+            RequestMatcher::api(ApiKey::Produce).client("verify"),
+            InterceptAction::Error(INVALID_TXN_STATE),
+        )
+        .times(1),
+    )
+    .await
+    .unwrap();
+    let err = p
+        .send(ProducerRecord::new("out").with_value("refused"))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        err.transaction_class(),
+        Some(TransactionErrorClass::Abortable),
+        "{err}"
+    );
+    let commit = p.commit().await.unwrap_err();
+    assert_eq!(
+        commit.transaction_class(),
+        Some(TransactionErrorClass::Abortable),
+        "{commit}"
+    );
+    p.abort().await.unwrap();
+    assert_eq!(p.state(), TransactionState::Ready);
+
+    p.begin().unwrap();
+    p.send(ProducerRecord::new("out").with_value("next"))
+        .await
+        .unwrap();
+    p.commit().await.unwrap();
+    assert_eq!(all_values(&read_committed(&kit, "out", 1).await), ["next"]);
+}
+
+/// m18: AddPartitionsToTxn whose answer is lost until the retries run out
+/// leaves its outcome unknown: the coordinator may hold an open
+/// transaction. The abort must then end it (EndTxn, then an epoch bump, as
+/// Java's `epochBumpRequired`) instead of skipping EndTxn, or the
+/// coordinator's timeout aborts it later with a bumped epoch and the
+/// producer's next transaction is fenced.
+#[tokio::test(start_paused = true)]
+async fn an_abort_after_an_add_partitions_of_unknown_outcome_ends_the_open_transaction() {
+    use std::time::Duration;
+    use weir_client::transaction::TransactionErrorClass;
+    use weir_protocol::ApiKey;
+    use weir_testkit::coordinator::txn::state::TxnState;
+    use weir_testkit::faults::{Intercept, InterceptAction, RequestMatcher};
+
+    let kit = testkit(1, &["out"]).await;
+    let p = producer(
+        &kit,
+        "unknown",
+        TransactionConfig::new("tx-unknown").with_timeout(Duration::from_secs(60)),
+    )
+    .await;
+    p.begin().unwrap();
+    // The coordinator adds the partition, but the answer is lost.
+    kit.intercept(
+        Intercept::new(
+            RequestMatcher::api(ApiKey::AddPartitionsToTxn).client("unknown"),
+            InterceptAction::DropResponse,
+        )
+        .times(1),
+    )
+    .await
+    .unwrap();
+    let err = p
+        .send(ProducerRecord::new("out").with_value("unknown"))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        err.transaction_class(),
+        Some(TransactionErrorClass::Retriable),
+        "{err}"
+    );
+    let state = |kit: &txn_support::Kit| {
+        let kit = std::sync::Arc::clone(kit);
+        async move {
+            kit.with_state(|s| s.txns.transaction("tx-unknown").map(|t| t.state))
+                .await
+                .unwrap()
+        }
+    };
+    assert_eq!(state(&kit).await, Some(TxnState::Ongoing));
+
+    p.abort().await.unwrap();
+    assert_ne!(
+        state(&kit).await,
+        Some(TxnState::Ongoing),
+        "the abort left the coordinator's transaction open"
+    );
+
+    // Past the transaction timeout, the producer still works.
+    tokio::time::sleep(Duration::from_secs(61)).await;
+    p.begin().unwrap();
+    p.send(ProducerRecord::new("out").with_value("next"))
+        .await
+        .unwrap();
+    p.commit().await.unwrap();
+    assert_eq!(all_values(&read_committed(&kit, "out", 1).await), ["next"]);
+}
+
+/// m18, the other outcome: the lost AddPartitionsToTxn never reached the
+/// coordinator, so nothing is open. The abort's EndTxn gets
+/// INVALID_TXN_STATE, which then only means "nothing to end".
+#[tokio::test(start_paused = true)]
+async fn an_abort_after_a_lost_add_partitions_that_never_arrived_succeeds() {
+    use weir_protocol::ApiKey;
+    use weir_testkit::faults::{Intercept, InterceptAction, RequestMatcher};
+
+    let kit = testkit(1, &["out"]).await;
+    let p = producer(&kit, "lost", TransactionConfig::new("tx-lost")).await;
+    p.begin().unwrap();
+    kit.intercept(
+        Intercept::new(
+            RequestMatcher::api(ApiKey::AddPartitionsToTxn).client("lost"),
+            InterceptAction::Drop,
+        )
+        .times(1),
+    )
+    .await
+    .unwrap();
+    assert!(
+        p.send(ProducerRecord::new("out").with_value("lost"))
+            .await
+            .is_err()
+    );
+    p.abort().await.unwrap();
+    assert_eq!(p.state(), TransactionState::Ready);
+    p.begin().unwrap();
+    p.send(ProducerRecord::new("out").with_value("next"))
+        .await
+        .unwrap();
+    p.commit().await.unwrap();
+    assert_eq!(all_values(&read_committed(&kit, "out", 1).await), ["next"]);
+}

@@ -84,6 +84,21 @@ pub enum GroupError {
         /// Whether trying again may help.
         retriable: bool,
     },
+    /// An assigned partition has no committed offset and
+    /// `auto.offset.reset` is `none` (Java's `NoOffsetForPartitionException`):
+    /// [`seek`](crate::group_consumer::GroupConsumer::seek) it, then poll
+    /// again.
+    #[error(
+        "group {group}: {topic}-{partition} has no committed offset and auto.offset.reset is none"
+    )]
+    NoOffsetForPartition {
+        /// The group.
+        group: String,
+        /// The topic.
+        topic: String,
+        /// The partition.
+        partition: i32,
+    },
     /// The group coordinator answered a group request with an error code.
     #[error("{api} for group {group}: {name} ({code})")]
     Coordinator {

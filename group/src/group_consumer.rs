@@ -136,7 +136,16 @@ impl GroupConsumer {
                 biased;
                 event = self.member.next_event() => self.handle(event?).await?,
                 records = self.consumer.poll(), if may_fetch => {
-                    let records = records.map_err(|e| client_error("fetching", &e))?;
+                    let records = records.map_err(|e| match e {
+                        weir_client::ClientError::NoOffsetForPartition { topic, partition } => {
+                            GroupError::NoOffsetForPartition {
+                                group: self.member.group_id().to_owned(),
+                                topic,
+                                partition,
+                            }
+                        }
+                        e => client_error("fetching", &e),
+                    })?;
                     if !lease.is_valid() {
                         // Lost while fetching: put the positions back so a
                         // later owner of the same generation sees them again.
@@ -242,6 +251,27 @@ impl GroupConsumer {
             .filter(|tp| !gone.contains(tp))
             .collect();
         self.consumer.assign(keep);
+    }
+
+    /// Moves the position of an assigned partition, as
+    /// [`Consumer::seek`]: for example after
+    /// [`GroupError::NoOffsetForPartition`] under `auto.offset.reset=none`.
+    ///
+    /// # Errors
+    /// [`GroupError::Client`] if the partition is not assigned.
+    pub fn seek(&mut self, tp: &TopicPartition, to: SeekTo) -> Result<()> {
+        self.consumer
+            .seek(&to_client(tp), to)
+            .map_err(|e| client_error("seeking", &e))?;
+        match to {
+            SeekTo::Offset(offset) => {
+                self.positions.insert(tp.clone(), offset);
+            }
+            _ => {
+                self.positions.remove(tp);
+            }
+        }
+        Ok(())
     }
 
     /// Commits the position of every owned partition something was

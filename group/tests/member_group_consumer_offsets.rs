@@ -87,3 +87,72 @@ async fn assigned_partitions_are_consumed_after_a_failed_offset_fetch() {
         .await
         .unwrap();
 }
+
+/// m16: with `auto.offset.reset=none`, an assigned partition without a
+/// committed offset is a typed error (Java's NoOffsetForPartitionException),
+/// not a silent start at the end of the log that skips its records.
+#[tokio::test(start_paused = true)]
+async fn auto_offset_reset_none_without_a_committed_offset_is_a_typed_error() {
+    use weir_client::consumer::SeekTo;
+    use weir_group::GroupError;
+    use weir_group::assignor::TopicPartition;
+
+    let tk = testkit(1).await;
+    let loader =
+        Producer::with_cluster(client(&tk.bootstrap(), "loader").await, Default::default())
+            .unwrap();
+    for i in 0..3 {
+        loader
+            .send(
+                ProducerRecord::new(TOPIC)
+                    .with_partition(0)
+                    .with_value(format!("{i}")),
+            )
+            .await
+            .unwrap();
+    }
+    loader.close().await;
+    let consumer_config = ConsumerConfig {
+        client: weir_integration::testkit_dial::client_config(&tk, "c")
+            .build()
+            .unwrap(),
+        consumer: ConsumerOptions {
+            auto_offset_reset: AutoOffsetReset::None,
+            fetch_max_wait: Duration::from_millis(50),
+            ..Default::default()
+        },
+    };
+    let mut consumer = GroupConsumer::connect(consumer_config, config("g-none"))
+        .await
+        .unwrap();
+    let first = tokio::time::timeout(Duration::from_secs(30), consumer.poll())
+        .await
+        .expect("poll must fail, not wait at the end of the log");
+    match first {
+        Err(GroupError::NoOffsetForPartition {
+            group,
+            topic,
+            partition: 0,
+        }) => {
+            assert_eq!((group.as_str(), topic.as_str()), ("g-none", TOPIC));
+        }
+        other => panic!("expected NoOffsetForPartition, got {other:?}"),
+    }
+    // After a seek the partition is consumed from there.
+    consumer
+        .seek(&TopicPartition::new(TOPIC, 0), SeekTo::Earliest)
+        .unwrap();
+    let mut seen = Vec::new();
+    while seen.len() < 3 {
+        let records = tokio::time::timeout(Duration::from_secs(30), consumer.poll())
+            .await
+            .unwrap()
+            .unwrap();
+        seen.extend(records.into_iter().map(|r| r.offset));
+    }
+    assert_eq!(seen, vec![0, 1, 2]);
+    consumer
+        .close(weir_group::member::ShutdownMode::Default)
+        .await
+        .unwrap();
+}

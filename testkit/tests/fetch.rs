@@ -381,3 +381,48 @@ async fn a_leader_move_answers_parked_fetches_and_fences_old_epochs() {
     let resp = c1.call(FV, &req.with_max_wait_ms(0)).await;
     assert_eq!(resp.responses[0].partitions[0].error_code, 0);
 }
+
+/// Kafka's incremental fetch sessions rotate: a partition that returned
+/// records moves to the end of the session (`IncrementalFetchContext`), so
+/// with a byte budget for one batch per response, two busy partitions take
+/// turns instead of the first one starving the second.
+#[tokio::test]
+async fn incremental_sessions_move_partitions_that_returned_data_to_the_end() {
+    let (_cluster, mut c, mut p) = setup(2).await;
+    for v in ["a", "b", "c"] {
+        p.call(9, &produce_request("t", 0, batch(&[v], PLAIN), 1, None))
+            .await;
+    }
+    p.call(9, &produce_request("t", 1, batch(&["x"], PLAIN), 1, None))
+        .await;
+    let one_batch = |req: FetchRequest| req.with_max_bytes(1);
+    let full = c
+        .call(FV, &one_batch(session_fetch(0, 0, &[(0, 0), (1, 0)], &[])))
+        .await;
+    let id = full.session_id;
+    let got = |r: &weir_protocol::kafka_protocol::messages::FetchResponse| -> Vec<(i32, Vec<(i64, String)>)> {
+        r.responses
+            .iter()
+            .flat_map(|t| t.partitions.iter())
+            .filter_map(|p| {
+                let v = values(p.records.as_ref()?);
+                (!v.is_empty()).then_some((p.partition_index, v))
+            })
+            .collect()
+    };
+    assert_eq!(got(&full), vec![(0, vec![(0, "a".into())])]);
+    // Partition 0 first in the session: it gets the budget and moves last.
+    let inc = c
+        .call(FV, &one_batch(session_fetch(id, 1, &[(0, 1)], &[])))
+        .await;
+    assert_eq!(got(&inc), vec![(0, vec![(1, "b".into())])]);
+    // Now partition 1 comes first.
+    let inc = c
+        .call(FV, &one_batch(session_fetch(id, 2, &[(0, 2)], &[])))
+        .await;
+    assert_eq!(
+        got(&inc),
+        vec![(1, vec![(0, "x".into())])],
+        "partition 1 starved behind partition 0"
+    );
+}

@@ -488,3 +488,88 @@ async fn end_txn_marks_every_partition_on_every_broker() {
         );
     }
 }
+
+/// Kafka's `KafkaApis` turns the coordinator's `PRODUCER_FENCED` (90) into
+/// `INVALID_PRODUCER_EPOCH` (47) for clients older than KIP-588: EndTxn,
+/// AddPartitionsToTxn and AddOffsetsToTxn below v2, InitProducerId below v4.
+/// A producer whose epoch is older than the one another instance got from
+/// InitProducerId gets exactly that code at every version.
+#[tokio::test]
+async fn an_older_epoch_gets_producer_fenced_or_its_pre_kip588_code_at_every_version() {
+    use weir_protocol::kafka_protocol::messages::add_partitions_to_txn_request::AddPartitionsToTxnTopic;
+    use weir_protocol::kafka_protocol::messages::{
+        AddOffsetsToTxnRequest, AddPartitionsToTxnRequest, EndTxnRequest, InitProducerIdRequest,
+        ProducerId,
+    };
+
+    let (cluster, mut a) = setup().await;
+    let (_, pid, epoch) = init_producer(&mut a, TX, 60_000).await;
+    assert_eq!(
+        add_partitions(&mut a, TX, pid, epoch, "t", &[0]).await,
+        vec![0]
+    );
+    let mut b = TestClient::new(cluster.connect_duplex(0).await.unwrap(), "p2");
+    assert_eq!(init_producer(&mut b, TX, 60_000).await.0, 51);
+    let (code, pid_b, epoch_b) = init_producer(&mut b, TX, 60_000).await;
+    assert_eq!((code, pid_b), (0, pid));
+    assert!(epoch_b > epoch);
+
+    let expect = |version: i16, fenced_since: i16| if version < fenced_since { 47 } else { 90 };
+    for version in 0..=3 {
+        for commit in [true, false] {
+            let req = EndTxnRequest::default()
+                .with_transactional_id(tid(TX))
+                .with_producer_id(ProducerId(pid))
+                .with_producer_epoch(epoch)
+                .with_committed(commit);
+            assert_eq!(
+                a.call(version, &req).await.error_code,
+                expect(version, 2),
+                "EndTxn v{version} commit={commit}"
+            );
+        }
+        let req = AddPartitionsToTxnRequest::default()
+            .with_v3_and_below_transactional_id(tid(TX))
+            .with_v3_and_below_producer_id(ProducerId(pid))
+            .with_v3_and_below_producer_epoch(epoch)
+            .with_v3_and_below_topics(vec![
+                AddPartitionsToTxnTopic::default()
+                    .with_name(common::topic("t"))
+                    .with_partitions(vec![0]),
+            ]);
+        let resp = a.call(version, &req).await;
+        assert_eq!(
+            resp.results_by_topic_v3_and_below[0].results_by_partition[0].partition_error_code,
+            expect(version, 2),
+            "AddPartitionsToTxn v{version}"
+        );
+        let req = AddOffsetsToTxnRequest::default()
+            .with_transactional_id(tid(TX))
+            .with_producer_id(ProducerId(pid))
+            .with_producer_epoch(epoch)
+            .with_group_id(gid("g"));
+        assert_eq!(
+            a.call(version, &req).await.error_code,
+            expect(version, 2),
+            "AddOffsetsToTxn v{version}"
+        );
+    }
+    for version in 3..=4 {
+        let req = InitProducerIdRequest::default()
+            .with_transactional_id(Some(tid(TX)))
+            .with_transaction_timeout_ms(60_000)
+            .with_producer_id(ProducerId(pid))
+            .with_producer_epoch(epoch);
+        assert_eq!(
+            a.call(version, &req).await.error_code,
+            expect(version, 4),
+            "InitProducerId v{version} (KIP-360 form)"
+        );
+    }
+    // None of it touched the new instance's epoch.
+    assert_eq!(
+        add_partitions(&mut b, TX, pid_b, epoch_b, "t", &[0]).await,
+        vec![0]
+    );
+    assert_eq!(end_txn(&mut b, TX, pid_b, epoch_b, true, 3).await, 0);
+}

@@ -101,8 +101,11 @@ impl<K: Clone + Eq + Hash> FetchSession<K> {
     pub fn plan(&self, wanted: IndexMap<K, PartitionFetch>) -> FetchPlan<K> {
         if self.id == 0 || self.next_epoch == 0 {
             let partitions = wanted.iter().map(|(k, v)| (k.clone(), *v)).collect();
+            // KIP-227: the old session's id with epoch 0 closes it and opens
+            // a new one (Java's `nextCloseExisting`), so the broker's cache
+            // slot is freed at once rather than when it is evicted.
             return FetchPlan {
-                session_id: 0,
+                session_id: self.id,
                 epoch: 0,
                 partitions,
                 forgotten: Vec::new(),
@@ -135,8 +138,12 @@ impl<K: Clone + Eq + Hash> FetchSession<K> {
         if error_code != 0 {
             // FETCH_SESSION_ID_NOT_FOUND, INVALID_FETCH_SESSION_EPOCH or any
             // other top-level error: the broker's state is unknown, so
-            // start over with a full fetch that opens a new session.
+            // start over with a full fetch that opens a new session, and
+            // closes the old one unless the broker no longer has it.
             self.reset();
+            if error_code == FETCH_SESSION_ID_NOT_FOUND {
+                self.id = 0;
+            }
             return;
         }
         if plan.is_full() {
@@ -156,9 +163,9 @@ impl<K: Clone + Eq + Hash> FetchSession<K> {
     }
 
     /// The request failed without a response (or with one that can't be
-    /// trusted): the next request is a full fetch.
+    /// trusted): the next request is a full fetch, which names the old
+    /// session (if any) with epoch 0 so that the broker closes it.
     pub fn reset(&mut self) {
-        self.id = 0;
         self.next_epoch = 0;
         self.sent.clear();
     }
@@ -222,7 +229,14 @@ mod tests {
             s.on_response(plan, code, 0);
             let plan = s.plan(wanted(&[("a", 3), ("b", 1)]));
             assert!(plan.is_full(), "after error {code}");
-            assert_eq!((plan.session_id, plan.epoch), (0, 0));
+            // An unknown session is not named again; one with a wrong
+            // epoch is closed by naming it with epoch 0.
+            let closes = if code == FETCH_SESSION_ID_NOT_FOUND {
+                0
+            } else {
+                5
+            };
+            assert_eq!((plan.session_id, plan.epoch), (closes, 0));
             assert_eq!(plan.partitions.len(), 2, "a full fetch lists everything");
         }
     }
@@ -233,7 +247,15 @@ mod tests {
         let plan = s.plan(wanted(&[("a", 0)]));
         s.on_response(plan, 0, 9);
         s.reset();
-        assert!(s.plan(wanted(&[("a", 0)])).is_full());
+        let plan = s.plan(wanted(&[("a", 0)]));
+        assert!(plan.is_full());
+        assert_eq!(
+            (plan.session_id, plan.epoch),
+            (9, 0),
+            "the full fetch closes the old session"
+        );
+        s.on_response(plan, 0, 10);
+        assert_eq!((s.id(), s.next_epoch()), (10, 1));
 
         // The broker answers a full fetch with session id 0: no session.
         let mut s = FetchSession::new();

@@ -260,6 +260,17 @@ impl Consumer {
                             self.assignment
                                 .insert(tp.clone(), Position::At(next.max(fetch_offset)));
                         }
+                        if !records.is_empty() {
+                            // As Java's `movePartitionToEnd`: a partition that
+                            // returned data goes to the end of the order, so a
+                            // full fetch does not always offer the same
+                            // partitions the response's byte budget first
+                            // (KIP-74 gives only the first one an oversized
+                            // batch).
+                            if let Some(position) = self.assignment.shift_remove(&tp) {
+                                self.assignment.insert(tp.clone(), position);
+                            }
+                        }
                         for r in out.records {
                             let record = ConsumerRecord {
                                 topic: tp.topic.clone(),

@@ -69,6 +69,9 @@ enum Position {
     At(i64),
     /// Waiting for an offset lookup.
     Seek(SeekTo),
+    /// No position and `auto.offset.reset=none`: polling fails with
+    /// [`ClientError::NoOffsetForPartition`] until a seek.
+    Unset,
 }
 
 /// A consumer of explicitly assigned partitions (no consumer group).
@@ -137,18 +140,15 @@ impl Consumer {
     /// moves them. Buffered records of dropped partitions are discarded.
     pub fn assign(&mut self, partitions: impl IntoIterator<Item = TopicPartition>) {
         let reset = match self.options.auto_offset_reset {
-            AutoOffsetReset::Earliest => SeekTo::Earliest,
-            // With `none`, an unset position is an error only once fetched
-            // out of range; Java fails at once, Weir starts at the end.
-            AutoOffsetReset::Latest | AutoOffsetReset::None => SeekTo::Latest,
+            AutoOffsetReset::Earliest => Position::Seek(SeekTo::Earliest),
+            AutoOffsetReset::Latest => Position::Seek(SeekTo::Latest),
+            // As Java: a partition nobody positioned is an error
+            // (NoOffsetForPartition), not a silent start at the end.
+            AutoOffsetReset::None => Position::Unset,
         };
         let mut next = IndexMap::new();
         for tp in partitions {
-            let position = self
-                .assignment
-                .get(&tp)
-                .copied()
-                .unwrap_or(Position::Seek(reset));
+            let position = self.assignment.get(&tp).copied().unwrap_or(reset);
             next.insert(tp, position);
         }
         self.assignment = next;
@@ -204,6 +204,10 @@ impl Consumer {
         }
         match self.assignment.get(tp) {
             Some(Position::At(o)) => Ok(*o),
+            Some(Position::Unset) => Err(ClientError::NoOffsetForPartition {
+                topic: tp.topic.clone(),
+                partition: tp.partition,
+            }),
             Some(Position::Seek(_)) | None => Err(ClientError::NotAssigned {
                 topic: tp.topic.clone(),
                 partition: tp.partition,
@@ -218,7 +222,9 @@ impl Consumer {
     /// Cancel-safe: dropping the future loses no record and no position.
     ///
     /// # Errors
-    /// [`ClientError::OffsetOutOfRange`] under `auto.offset.reset=none`, a
+    /// [`ClientError::OffsetOutOfRange`] under `auto.offset.reset=none`,
+    /// and [`ClientError::NoOffsetForPartition`] there for an assigned
+    /// partition that was never positioned (seek it first), a
     /// corrupt batch ([`ClientError::Protocol`]), or a non-retriable
     /// server error such as an authorization failure.
     pub async fn poll(&mut self) -> Result<Vec<ConsumerRecord>> {
@@ -281,12 +287,22 @@ impl Consumer {
 
     /// Resolves every pending seek with ListOffsets.
     async fn resolve_seeks(&mut self) -> Result<()> {
+        if let Some((tp, _)) = self
+            .assignment
+            .iter()
+            .find(|(_, p)| matches!(p, Position::Unset))
+        {
+            return Err(ClientError::NoOffsetForPartition {
+                topic: tp.topic.clone(),
+                partition: tp.partition,
+            });
+        }
         let lookups: Vec<(TopicPartition, i64)> = self
             .assignment
             .iter()
             .filter_map(|(tp, p)| match p {
                 Position::Seek(to) => to.lookup_timestamp().map(|t| (tp.clone(), t)),
-                Position::At(_) => None,
+                Position::At(_) | Position::Unset => None,
             })
             .collect();
         if lookups.is_empty() {

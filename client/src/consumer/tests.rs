@@ -59,6 +59,8 @@ struct Fake {
     next_epoch: i32,
     /// Answer this Fetch (counting from 0) with FETCH_SESSION_ID_NOT_FOUND.
     expire_session_at: Option<usize>,
+    /// Never open a session (session id 0): every fetch is full.
+    no_sessions: bool,
 }
 
 const SESSION: i32 = 7;
@@ -177,9 +179,12 @@ impl Fake {
                     }
                     parts.push(data.with_records(Some(bytes.freeze())));
                 }
+                if self.no_sessions {
+                    self.session.clear();
+                }
                 Reply::now(ResponseKind::Fetch(
                     FetchResponse::default()
-                        .with_session_id(SESSION)
+                        .with_session_id(if self.no_sessions { 0 } else { SESSION })
                         .with_responses(vec![
                             FetchableTopicResponse::default()
                                 .with_topic(name("t"))
@@ -503,4 +508,43 @@ async fn corrupt_fetched_batches_give_a_typed_error_not_a_panic() {
             .unwrap_err();
         assert!(matches!(err, ClientError::Protocol { .. }), "{err}");
     }
+}
+
+/// m11: without a fetch session every fetch is full and lists partitions in
+/// the consumer's order. A partition that returned data moves to the end
+/// (Java's `movePartitionToEnd`), so no partition is always last, where the
+/// response's byte budget may never reach it (KIP-74 exempts only the first
+/// partition with an oversized batch).
+#[tokio::test]
+async fn full_fetches_rotate_partitions_that_returned_data_to_the_end() {
+    let mut fake = Fake {
+        no_sessions: true,
+        ..Default::default()
+    };
+    fake.partitions.insert(
+        0,
+        Partition {
+            batches: vec![batch(0, &["a"], -1, false)],
+            ..Default::default()
+        },
+    );
+    fake.partitions.insert(1, Partition::default());
+    let (fake, mut consumer) = start(fake, ConsumerOptions::default()).await;
+    consumer.assign([tp(0), tp(1)]);
+    consumer.seek(&tp(0), SeekTo::Offset(0)).unwrap();
+    consumer.seek(&tp(1), SeekTo::Offset(0)).unwrap();
+    let records = poll_n(&mut consumer, 1).await;
+    assert_eq!(records.len(), 1);
+    while fake.lock().unwrap().seen.len() < 2 {
+        consumer.poll_for(Duration::from_millis(20)).await.unwrap();
+    }
+    let seen = fake.lock().unwrap().seen.clone();
+    assert!(seen.iter().all(|s| (s.session_id, s.epoch) == (0, 0)));
+    let order = |i: usize| seen[i].listed.iter().map(|l| l.0).collect::<Vec<_>>();
+    assert_eq!(order(0), vec![0, 1]);
+    assert_eq!(
+        order(1),
+        vec![1, 0],
+        "partition 0 returned data, so it goes last"
+    );
 }

@@ -485,8 +485,17 @@ fn retry_or_fail(
         fail_stale(shared, batch);
         return;
     }
+    if action == FailureAction::RetryAfterReset && shared.transactional_id.is_some() {
+        // The transaction layer decides about epochs (the batch's failure
+        // makes the transaction abortable).
+        action = FailureAction::FailAndResetProducer;
+    }
     let expired = batch.created.elapsed() >= options.delivery_timeout;
-    if action == FailureAction::Retry && (batch.attempts > options.retries || expired) {
+    if matches!(
+        action,
+        FailureAction::Retry | FailureAction::RetryAfterReset
+    ) && (batch.attempts > options.retries || expired)
+    {
         action = if batch.sequence.is_some() {
             FailureAction::FailAndResetProducer
         } else {
@@ -504,6 +513,20 @@ fn retry_or_fail(
         FailureAction::Fail => {
             drop(state);
             finish(shared, batch, Err(error));
+        }
+        FailureAction::RetryAfterReset => {
+            // Not written: the batch waits in the queue for the new epoch,
+            // where it gets a fresh sequence.
+            tracing::info!(
+                tp = %batch.tp,
+                "the broker lost the producer's state; bumping the epoch and retrying"
+            );
+            state.identity.valid = false;
+            let config = shared.cluster.config();
+            let delay =
+                Backoff::new(config.retry_backoff, config.retry_backoff_max).delay(batch.attempts);
+            batch.retry_at = Some(Instant::now() + delay);
+            state.acc.requeue(batch);
         }
         FailureAction::FailAndResetProducer => {
             // The broker's sequence for this partition no longer matches
@@ -608,16 +631,53 @@ fn fail_all(shared: &Shared, error: &ClientError) {
     }
 }
 
+/// InitProducerId without a transactional id. A producer that already
+/// has an id names it with its epoch (KIP-360, InitProducerId v3+), as
+/// Java's does when it bumps the epoch after lost producer state.
 async fn init_producer_id(shared: &Shared) -> crate::Result<Identity> {
     let cluster = &shared.cluster;
-    let request = InitProducerIdRequest::default()
-        .with_transactional_id(None)
-        .with_transaction_timeout_ms(60_000)
-        .with_producer_id((-1).into())
-        .with_producer_epoch(-1);
+    let current = {
+        let identity = shared.lock().identity;
+        (identity.producer_id >= 0 && identity.epoch >= 0)
+            .then_some((identity.producer_id, identity.epoch))
+    };
+    let request = |with_current: bool| {
+        let (pid, epoch) = current.filter(|_| with_current).unwrap_or((-1, -1));
+        InitProducerIdRequest::default()
+            .with_transactional_id(None)
+            .with_transaction_timeout_ms(60_000)
+            .with_producer_id(pid.into())
+            .with_producer_epoch(epoch)
+    };
     cluster
         .retry("InitProducerId", || async {
-            let response = cluster.request_any(Lane::Produce, &request).await?;
+            let response = match current {
+                None => cluster.request_any(Lane::Produce, &request(false)).await?,
+                Some(_) => {
+                    // As `request_any`, but the request's form depends on
+                    // the version the chosen broker speaks.
+                    let mut last = ClientError::Closed;
+                    let mut answered = None;
+                    for broker in cluster.any_broker_candidates() {
+                        let attempt = async {
+                            let conn = cluster.connection(broker, Lane::Produce).await?;
+                            let kip360 = conn.version_for::<InitProducerIdRequest>()? >= 3;
+                            drop(conn);
+                            cluster
+                                .request(broker, Lane::Produce, &request(kip360))
+                                .await
+                        };
+                        match attempt.await {
+                            Err(e) if e.is_network() => last = e,
+                            other => {
+                                answered = Some(other?);
+                                break;
+                            }
+                        }
+                    }
+                    answered.ok_or(last)?
+                }
+            };
             ClientError::check(response.error_code, ApiKey::InitProducerId, None, None)?;
             Ok(Identity {
                 producer_id: response.producer_id.0,

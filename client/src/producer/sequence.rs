@@ -62,6 +62,11 @@ pub enum FailureAction {
     /// Fail the batch and get a new producer id before sending anything
     /// more: the broker's sequence state no longer matches ours.
     FailAndResetProducer,
+    /// The broker lost the producer's state and did not write the batch
+    /// (`UNKNOWN_PRODUCER_ID`): bump the epoch, then send the batch again
+    /// under it (KIP-360, as Java's idempotent producer). A transactional
+    /// producer fails the batch instead.
+    RetryAfterReset,
 }
 
 /// Kafka's sequence arithmetic: sequences wrap from `i32::MAX` to 0.
@@ -217,6 +222,7 @@ impl<K: Clone + Eq + Hash> SequenceBook<K> {
         }
         match code {
             OUT_OF_ORDER_SEQUENCE_NUMBER if !clean => FailureAction::Retry,
+            UNKNOWN_PRODUCER_ID => FailureAction::RetryAfterReset,
             _ if retriable => FailureAction::Retry,
             // Lost producer state, a fenced epoch, or any final failure of
             // a sequenced batch: later sequences can't follow it.

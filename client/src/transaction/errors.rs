@@ -3,9 +3,11 @@
 //!
 //! | Class | Causes | What the caller does |
 //! | --- | --- | --- |
-//! | [`Fatal`](TransactionErrorClass::Fatal) | `PRODUCER_FENCED`, `INVALID_PRODUCER_EPOCH`, `TRANSACTION_COORDINATOR_FENCED`, `INVALID_TXN_STATE`, `TRANSACTIONAL_ID_AUTHORIZATION_FAILED` | Drop the producer. Another instance owns the transactional id (or the coordinator says this one can never succeed); nothing this one writes can commit. |
-//! | [`Abortable`](TransactionErrorClass::Abortable) | `TRANSACTION_ABORTABLE`; a `TxnOffsetCommit` refused with `ILLEGAL_GENERATION`, `UNKNOWN_MEMBER_ID` or `FENCED_INSTANCE_ID` (the caller's group membership is stale: it is a zombie for those partitions); a record that could not be delivered | Call [`abort`](super::TransactionalProducer::abort), then rejoin the group / rewind the input and go on. |
+//! | [`Fatal`](TransactionErrorClass::Fatal) | `PRODUCER_FENCED`, `INVALID_PRODUCER_EPOCH`, `TRANSACTION_COORDINATOR_FENCED`, `INVALID_TXN_STATE` from the transaction coordinator, `TRANSACTIONAL_ID_AUTHORIZATION_FAILED` | Drop the producer. Another instance owns the transactional id (or the coordinator says this one can never succeed); nothing this one writes can commit. |
+//! | [`Abortable`](TransactionErrorClass::Abortable) | `TRANSACTION_ABORTABLE`; `INVALID_TXN_STATE` on Produce (KIP-890 verification: the partition is not in the transaction); a `TxnOffsetCommit` refused with `ILLEGAL_GENERATION`, `UNKNOWN_MEMBER_ID` or `FENCED_INSTANCE_ID` (the caller's group membership is stale: it is a zombie for those partitions); a record that could not be delivered | Call [`abort`](super::TransactionalProducer::abort), then rejoin the group / rewind the input and go on. |
 //! | [`Retriable`](TransactionErrorClass::Retriable) | `CONCURRENT_TRANSACTIONS`, `COORDINATOR_LOAD_IN_PROGRESS`, `NOT_COORDINATOR`, `COORDINATOR_NOT_AVAILABLE`, lost connections | Nothing: the client retries these itself. Only when `default.api.timeout.ms` runs out does the caller see one; then calling the same operation again is safe (`commit` and `abort` are idempotent). |
+
+use weir_protocol::ApiKey;
 
 use crate::ClientError;
 use crate::kerror::codes;
@@ -61,6 +63,19 @@ pub(crate) fn classify(error: &ClientError) -> TransactionErrorClass {
     if let ClientError::Transaction { class, .. } = error {
         return *class;
     }
+    if let ClientError::Server {
+        code,
+        api: ApiKey::Produce,
+        ..
+    } = error
+        && code.code == codes::INVALID_TXN_STATE
+    {
+        // The partition leader's KIP-890 verification: the partition is
+        // not in an open transaction of this epoch. Java's producer makes
+        // that abortable (`maybeTransitionToErrorState`); only the
+        // coordinator's INVALID_TXN_STATE is fatal.
+        return TransactionErrorClass::Abortable;
+    }
     match error.kafka_code().map(|c| c.code) {
         Some(
             codes::PRODUCER_FENCED
@@ -96,7 +111,6 @@ pub(crate) fn coordinator_moved(error: &ClientError) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use weir_protocol::ApiKey;
 
     fn class_of(code: i16) -> TransactionErrorClass {
         classify(&ClientError::server(code, ApiKey::EndTxn))
@@ -120,5 +134,15 @@ mod tests {
         for (code, class) in table {
             assert_eq!(class_of(code), class, "code {code}");
         }
+        // INVALID_TXN_STATE: fatal from the coordinator, abortable from
+        // the partition leader's verification.
+        assert_eq!(class_of(codes::INVALID_TXN_STATE), Fatal);
+        assert_eq!(
+            classify(&ClientError::server(
+                codes::INVALID_TXN_STATE,
+                ApiKey::Produce
+            )),
+            Abortable
+        );
     }
 }

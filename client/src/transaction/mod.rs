@@ -50,6 +50,7 @@ use self::requests::TxnIdentity;
 use self::state::Progress;
 use crate::cluster::Cluster;
 use crate::config::producer::{ProducerConfig, ProducerOptions};
+use crate::kerror::codes;
 use crate::producer::partitioner::partition_for_key;
 use crate::producer::{Producer, ProducerRecord, RecordMetadata, TopicPartition};
 use crate::{ClientError, Result};
@@ -278,16 +279,30 @@ impl TransactionalProducer {
         if self.state() != TransactionState::Uninitialized {
             return Err(self.refuse("init_transactions"));
         }
-        self.new_epoch("init_transactions").await
+        self.new_epoch("init_transactions", false).await
     }
 
-    async fn new_epoch(&self, operation: &'static str) -> Result<()> {
+    /// InitProducerId. `bump`: this instance bumps its own epoch (after an
+    /// abort), naming its producer id and epoch (KIP-360), so that a newer
+    /// instance that replaced it meanwhile is not fenced by it: this one
+    /// gets `PRODUCER_FENCED` instead.
+    async fn new_epoch(&self, operation: &'static str, bump: bool) -> Result<()> {
         let timeout_ms =
             i32::try_from(self.config.transaction_timeout.as_millis()).unwrap_or(i32::MAX);
-        let (pid, epoch) =
-            requests::init_producer_id(self.cluster(), &self.config.transactional_id, timeout_ms)
-                .await
-                .map_err(|e| self.fail(operation, e))?;
+        let current = if bump {
+            let p = self.lock();
+            (p.producer_id >= 0 && p.epoch >= 0).then_some((p.producer_id, p.epoch))
+        } else {
+            None
+        };
+        let (pid, epoch) = requests::init_producer_id(
+            self.cluster(),
+            &self.config.transactional_id,
+            timeout_ms,
+            current,
+        )
+        .await
+        .map_err(|e| self.fail(operation, e))?;
         self.producer.set_identity(pid, epoch);
         let mut p = self.lock();
         p.producer_id = pid;
@@ -447,8 +462,27 @@ impl TransactionalProducer {
             Err(e) => {
                 // Their callers (waiting for the turn) add them again.
                 self.put_back(batch);
+                self.note_unknown_outcome(&e);
                 Err(self.fail("send", e))
             }
+        }
+    }
+
+    /// After a failed AddPartitionsToTxn or AddOffsetsToTxn: if the
+    /// request may have reached the coordinator (a retriable failure that
+    /// outlasted the retries), the coordinator may hold an open
+    /// transaction that only EndTxn or an epoch bump ends.
+    fn note_unknown_outcome(&self, error: &ClientError) {
+        if errors::classify(error) == TransactionErrorClass::Retriable {
+            let mut p = self.lock();
+            if !p.epoch_bump_required {
+                tracing::debug!(
+                    transactional_id = %self.config.transactional_id,
+                    error = %error,
+                    "outcome unknown: the coordinator may hold an open transaction"
+                );
+            }
+            p.epoch_bump_required = true;
         }
     }
 
@@ -503,7 +537,10 @@ impl TransactionalProducer {
         if !added {
             requests::add_offsets(self.cluster(), &id, &group.group_id)
                 .await
-                .map_err(|e| self.fail("send_offsets_to_transaction", e))?;
+                .map_err(|e| {
+                    self.note_unknown_outcome(&e);
+                    self.fail("send_offsets_to_transaction", e)
+                })?;
             let mut p = self.lock();
             p.groups.insert(group.group_id.clone());
             p.coordinator_knows = true;
@@ -595,21 +632,42 @@ impl TransactionalProducer {
                 source: Box::new(source),
             });
         }
-        let knows = self.lock().coordinator_knows;
-        if knows {
+        let (knows, maybe_open) = {
+            let p = self.lock();
+            (p.coordinator_knows, p.epoch_bump_required)
+        };
+        if knows || maybe_open {
+            // With only a request of unknown outcome behind it, the
+            // coordinator may have no transaction open: its
+            // INVALID_TXN_STATE then says there was nothing to end. (Not
+            // InitProducerId straight away: naming this epoch while a
+            // transaction is open, it would be fenced, as Java notes.)
             let id = self.identity();
-            if let Err(e) = requests::end_txn(self.cluster(), &id, commit).await {
-                return Err(self.fail(operation, e));
+            match requests::end_txn(self.cluster(), &id, commit).await {
+                Ok(()) => {}
+                Err(e)
+                    if !knows
+                        && e.kafka_code().map(|c| c.code) == Some(codes::INVALID_TXN_STATE) =>
+                {
+                    tracing::debug!(
+                        transactional_id = %self.config.transactional_id,
+                        "no transaction was open at the coordinator"
+                    );
+                }
+                Err(e) => return Err(self.fail(operation, e)),
             }
         }
         let records_failed = outcome.first_failure().is_some();
         self.lock().state = TransactionState::Ready;
         tracing::debug!(transactional_id = %self.config.transactional_id, commit, "transaction ended");
-        if records_failed {
+        if records_failed || (maybe_open && !commit) {
             // A failed batch may have left the partition's sequence out of
             // step with the broker: start the next transaction on a new
-            // epoch, where every sequence starts at 0 again.
-            self.new_epoch(operation).await?;
+            // epoch, where every sequence starts at 0 again. After a
+            // request of unknown outcome the bump also fences anything of
+            // this epoch still on its way (Java's `epochBumpRequired`).
+            self.new_epoch(operation, true).await?;
+            self.lock().epoch_bump_required = false;
         }
         Ok(())
     }

@@ -87,18 +87,27 @@ where
 
 /// InitProducerId for `transactional_id`: a new epoch, which fences every
 /// older instance and aborts (or completes) the transaction it left open.
+///
+/// `current` is the producer id and epoch this instance already has, for
+/// a bump of its own epoch (KIP-360, InitProducerId v3+): if another
+/// instance got a newer epoch meanwhile, the coordinator answers
+/// `PRODUCER_FENCED` instead of fencing that instance. `None` for the
+/// first InitProducerId of an instance.
 pub(crate) async fn init_producer_id(
     cluster: &Cluster,
     transactional_id: &str,
     timeout_ms: i32,
+    current: Option<(i64, i16)>,
 ) -> Result<(i64, i16)> {
-    let request = InitProducerIdRequest::default()
-        .with_transactional_id(Some(TransactionalId(StrBytes::from_string(
-            transactional_id.to_owned(),
-        ))))
-        .with_transaction_timeout_ms(timeout_ms)
-        .with_producer_id(ProducerId(-1))
-        .with_producer_epoch(-1);
+    let request = |(pid, epoch): (i64, i16)| {
+        InitProducerIdRequest::default()
+            .with_transactional_id(Some(TransactionalId(StrBytes::from_string(
+                transactional_id.to_owned(),
+            ))))
+            .with_transaction_timeout_ms(timeout_ms)
+            .with_producer_id(ProducerId(pid))
+            .with_producer_epoch(epoch)
+    };
     with_retries(
         cluster,
         CoordinatorKind::Transaction,
@@ -107,7 +116,23 @@ pub(crate) async fn init_producer_id(
         |broker| {
             let request = &request;
             async move {
-                let r = cluster.request(broker, Lane::Transaction, request).await?;
+                let named = match current {
+                    Some(current) => {
+                        let conn = cluster.connection(broker, Lane::Transaction).await?;
+                        let kip360 = conn.version_for::<InitProducerIdRequest>()? >= 3;
+                        drop(conn);
+                        if !kip360 {
+                            tracing::debug!(
+                                transactional_id,
+                                "the coordinator predates KIP-360: InitProducerId cannot name the current epoch"
+                            );
+                        }
+                        kip360.then_some(current)
+                    }
+                    None => None,
+                };
+                let request = request(named.unwrap_or((-1, -1)));
+                let r = cluster.request(broker, Lane::Transaction, &request).await?;
                 ClientError::check(r.error_code, ApiKey::InitProducerId, None, None)?;
                 Ok((r.producer_id.0, r.producer_epoch))
             }

@@ -189,6 +189,11 @@ pub(super) struct Progress {
     /// Whether the coordinator has anything in this transaction; if not,
     /// EndTxn is skipped (Kafka answers it with INVALID_TXN_STATE).
     pub coordinator_knows: bool,
+    /// An AddPartitionsToTxn or AddOffsetsToTxn failed with its outcome
+    /// unknown (retries ran out on a lost answer): the coordinator may hold
+    /// an open transaction. Ending the transaction then sends EndTxn
+    /// anyway, and an abort bumps the epoch (Java's `epochBumpRequired`).
+    pub epoch_bump_required: bool,
     pub outcome: std::sync::Arc<Outcome>,
 }
 
@@ -203,6 +208,7 @@ impl Progress {
             waiting: BTreeSet::new(),
             groups: HashSet::new(),
             coordinator_knows: false,
+            epoch_bump_required: false,
             outcome: std::sync::Arc::default(),
         }
     }
@@ -213,6 +219,7 @@ impl Progress {
         self.waiting.clear();
         self.groups.clear();
         self.coordinator_knows = false;
+        self.epoch_bump_required = false;
         self.outcome = std::sync::Arc::default();
     }
 }

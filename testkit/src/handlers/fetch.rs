@@ -341,6 +341,16 @@ fn build_response(
         if let Some(c) = cached {
             c.last_sent = Some(r.marks);
         }
+        if incremental
+            && r.bytes > 0
+            && let Some(s) = session.as_deref_mut()
+            && let Some(c) = s.partitions.shift_remove(&key)
+        {
+            // Kafka's `IncrementalFetchContext`: a partition that returned
+            // records moves to the end of the session, so the next fetch's
+            // byte budget goes to the others first.
+            s.partitions.insert(key.clone(), c);
+        }
         if incremental && !changed {
             continue;
         }

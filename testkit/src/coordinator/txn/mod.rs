@@ -269,9 +269,12 @@ impl TxnCoordinator {
             }
             TxnState::Empty | TxnState::CompleteCommit | TxnState::CompleteAbort => {
                 let result = match (expected, rotated_id) {
-                    // A retry of a bump whose answer was lost.
+                    // A retry of a bump whose answer was lost (also across
+                    // a rotation: the old id with its exhausted epoch).
                     (Some((pid, epoch)), _)
-                        if pid == meta.producer_id
+                        if (pid == meta.producer_id
+                            || (pid == meta.last_producer_id
+                                && TxnMetadata::epoch_exhausted(epoch)))
                             && epoch == meta.last_producer_epoch
                             && epoch >= 0 =>
                     {
@@ -285,9 +288,15 @@ impl TxnCoordinator {
                         return Err(ResponseError::ProducerFenced);
                     }
                     (_, Some(new_id)) => {
+                        // Kafka's `prepareProducerIdRotation(recordLastEpoch =
+                        // expected.isDefined)`: a KIP-360 caller may retry.
                         meta.last_producer_id = meta.producer_id;
                         meta.producer_id = new_id;
-                        meta.last_producer_epoch = -1;
+                        meta.last_producer_epoch = if expected.is_some() {
+                            meta.producer_epoch
+                        } else {
+                            -1
+                        };
                         meta.producer_epoch = 0;
                         (new_id, 0)
                     }

@@ -274,6 +274,37 @@ fn an_exhausted_epoch_rotates_the_producer_id() {
     assert_eq!(c.transaction(TID).unwrap().last_producer_id, pid);
 }
 
+/// Kafka (`prepareProducerIdRotation` with `recordLastEpoch`, then
+/// `prepareIncrementProducerEpoch`): a KIP-360 bump from an exhausted epoch
+/// rotates the producer id and remembers the old epoch, so a retry of that
+/// bump (old id, exhausted epoch) gets the same new id and epoch again
+/// instead of a second bump.
+#[test]
+fn a_retried_kip360_bump_across_a_rotation_returns_the_same_id_and_epoch() {
+    let mut c = TxnCoordinator::new();
+    let (pid, _) = init(&mut c);
+    let exhausted = i16::MAX - 1;
+    if let Some(meta) = c.txns.get_mut(TID) {
+        meta.producer_epoch = exhausted;
+    }
+    let first = c
+        .init_producer_id(Some(TID), TIMEOUT_MS, Some((pid, exhausted)))
+        .unwrap();
+    assert_ne!(first.0, pid);
+    assert_eq!(first.1, 0);
+    assert_eq!(c.transaction(TID).unwrap().last_producer_epoch, exhausted);
+    // The answer was lost; the client retries with what it had.
+    let retry = c
+        .init_producer_id(Some(TID), TIMEOUT_MS, Some((pid, exhausted)))
+        .unwrap();
+    assert_eq!(retry, first, "a retry is not a second bump");
+    // The new id bumps normally afterwards.
+    assert_eq!(
+        c.init_producer_id(Some(TID), TIMEOUT_MS, Some(first)),
+        Ok((first.0, 1))
+    );
+}
+
 #[test]
 fn random_clients_never_break_the_transaction_invariants() {
     let mut seed = 7u64;
