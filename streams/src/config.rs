@@ -81,6 +81,17 @@ pub struct StreamsConfig {
     pub state_dir: PathBuf,
     /// `num.standby.replicas`.
     pub standby_replicas: u32,
+    /// `acceptable.recovery.lag` (default 10,000): how far behind its
+    /// changelog an instance's copy of a task may be and still count as
+    /// caught up for it.
+    pub acceptable_recovery_lag: u64,
+    /// `max.warmup.replicas` (default 2).
+    pub max_warmup_replicas: u32,
+    /// `probing.rebalance.interval.ms` (default 10 minutes).
+    pub probing_rebalance_interval: Duration,
+    /// `application.server` (`host:port`): where this instance serves
+    /// queries, sent to the group in its subscription.
+    pub application_server: Option<String>,
     /// `group.instance.id`: static membership of this instance.
     pub instance_id: Option<String>,
     /// `session.timeout.ms` (default 10 s).
@@ -124,6 +135,10 @@ pub const KEYS: &[&str] = &[
     "commit.interval.ms",
     "state.dir",
     "num.standby.replicas",
+    "acceptable.recovery.lag",
+    "max.warmup.replicas",
+    "probing.rebalance.interval.ms",
+    "application.server",
     "group.instance.id",
     "session.timeout.ms",
     "heartbeat.interval.ms",
@@ -159,6 +174,10 @@ impl StreamsConfig {
             commit_interval: Duration::from_secs(30),
             state_dir: std::env::temp_dir().join("weir-streams"),
             standby_replicas: 0,
+            acceptable_recovery_lag: 10_000,
+            max_warmup_replicas: 2,
+            probing_rebalance_interval: Duration::from_secs(600),
+            application_server: None,
             instance_id: None,
             session_timeout: Duration::from_secs(10),
             heartbeat_interval: Duration::from_secs(1),
@@ -245,6 +264,26 @@ impl StreamsConfig {
             "num.standby.replicas" => {
                 self.standby_replicas =
                     parse_number(key, value, 0u32, 16).map_err(|e| from_client(key, e))?
+            }
+            "acceptable.recovery.lag" => {
+                self.acceptable_recovery_lag =
+                    parse_number(key, value, 0u64, u64::MAX).map_err(|e| from_client(key, e))?
+            }
+            "max.warmup.replicas" => {
+                self.max_warmup_replicas =
+                    parse_number(key, value, 1u32, 1024).map_err(|e| from_client(key, e))?
+            }
+            "probing.rebalance.interval.ms" => {
+                self.probing_rebalance_interval = millis(key, value)?;
+            }
+            "application.server" => {
+                if value
+                    .rsplit_once(':')
+                    .is_none_or(|(h, p)| h.is_empty() || p.parse::<u16>().is_err())
+                {
+                    return Err(invalid(key, "must be host:port"));
+                }
+                self.application_server = Some(value.to_owned());
             }
             "group.instance.id" => self.instance_id = Some(value.to_owned()),
             "session.timeout.ms" => self.session_timeout = millis(key, value)?,

@@ -102,6 +102,7 @@ fn input_offsets(task: &Active) -> BTreeMap<TopicPartition, i64> {
 /// Applies a task's staged writes with the changelog offsets they match (and
 /// the input offsets, for `weir store offsets`) in one atomic batch.
 async fn commit_store(
+    rt: &Runtime,
     id: TaskId,
     store: &TaskStore,
     changelog: BTreeMap<ChangelogPartition, i64>,
@@ -113,11 +114,13 @@ async fn commit_store(
             .iter()
             .map(|(tp, o)| (ChangelogPartition::new(tp.topic.clone(), tp.partition), *o)),
     );
-    let store = store.clone();
-    tokio::task::spawn_blocking(move || store.commit(&offsets))
+    let committed = store.clone();
+    tokio::task::spawn_blocking(move || committed.commit(&offsets))
         .await
         .map_err(|e| StreamsError::NotRunning(format!("task {id}: store commit: {e}")))?
-        .map_err(|source| StreamsError::store(id.to_string(), source))
+        .map_err(|source| StreamsError::store(id.to_string(), source))?;
+    rt.note_offset_sum(id, store);
+    Ok(())
 }
 
 /// At-least-once: outputs acknowledged, then each stateful task's fenced
@@ -150,7 +153,7 @@ pub(crate) async fn commit_alos(
                     .map_err(txn)?;
                 fence.commit().await.map_err(txn)?;
                 // Only now, with the changelog committed, may the store hold the writes.
-                commit_store(*id, store, changelog, &inputs).await?;
+                commit_store(rt, *id, store, changelog, &inputs).await?;
                 fence.begin().map_err(txn)?;
             }
             // Stateless tasks (and the test-only unfenced mode): a plain
@@ -178,7 +181,7 @@ pub(crate) async fn commit_alos(
             .map_err(|e| StreamsError::group("committing offsets", e))?;
     }
     for (id, store, changelog, inputs) in unfenced_stores {
-        commit_store(id, &store, changelog, &inputs).await?;
+        commit_store(rt, id, &store, changelog, &inputs).await?;
     }
     Ok(())
 }
@@ -217,7 +220,7 @@ pub(crate) async fn commit_eos(
             continue;
         };
         if let Some(store) = &task.store {
-            commit_store(id, store, changelog, &inputs).await?;
+            commit_store(rt, id, store, changelog, &inputs).await?;
         }
         task.dirty = false;
     }

@@ -16,6 +16,7 @@
 //! - a store never holds uncommitted data: `commit.rs` applies staged writes
 //!   only after the Kafka transaction committed, and aborts them otherwise.
 
+mod assignor;
 mod commit;
 mod instance;
 mod restore;
@@ -31,7 +32,6 @@ use tokio::sync::{oneshot, watch};
 use tokio::task::JoinHandle;
 use weir_client::Cluster;
 use weir_client::admin::Admin;
-use weir_group::assignor::Assignor;
 use weir_group::member::{GroupMember, MemberConfig};
 
 use crate::config::StreamsConfig;
@@ -97,6 +97,11 @@ pub(crate) struct Runtime {
     pub(crate) process_id: String,
     pub(crate) counters: Counters,
     pub(crate) tasks: Mutex<BTreeMap<TaskId, usize>>,
+    /// The subtopologies' topics, partition counts and changelogs.
+    pub(crate) layout: Vec<assignor::SubLayout>,
+    /// Offset sums of the tasks whose state is in the state directory, for
+    /// the streams assignor's lags (updated at every store commit).
+    pub(crate) offset_sums: Arc<Mutex<BTreeMap<TaskId, i64>>>,
     started: tokio::time::Instant,
     started_wall_ms: i64,
 }
@@ -111,6 +116,20 @@ impl Runtime {
 
     pub(crate) fn app(&self) -> &str {
         &self.config.application_id
+    }
+
+    /// Records `task`'s offset sum after a store commit.
+    pub(crate) fn note_offset_sum(&self, task: TaskId, store: &weir_store::TaskStore) {
+        let Some(sub) = self.layout.iter().find(|s| s.id == task.subtopology) else {
+            return;
+        };
+        let partition = i32::try_from(task.partition).unwrap_or(i32::MAX);
+        if let Some(sum) = assignor::offset_sum(store, &sub.changelogs, partition) {
+            self.offset_sums
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .insert(task, sum);
+        }
     }
 
     pub(crate) fn task_dir(&self, task: TaskId) -> std::path::PathBuf {
@@ -155,6 +174,51 @@ impl std::fmt::Debug for KafkaStreams {
     }
 }
 
+/// The offset sums of the task directories already in the state directory
+/// (a restarted instance's stores), so the assignor gives their tasks back.
+async fn scan_offset_sums(
+    config: &StreamsConfig,
+    layout: Vec<assignor::SubLayout>,
+) -> Result<BTreeMap<TaskId, i64>> {
+    let dir = config.state_dir.join(&config.application_id);
+    tokio::task::spawn_blocking(move || {
+        let mut sums = BTreeMap::new();
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            return sums;
+        };
+        for entry in entries.flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let Some((s, p)) = name.split_once('_') else {
+                continue;
+            };
+            let (Ok(s), Ok(p)) = (s.parse::<u32>(), p.parse::<u32>()) else {
+                continue;
+            };
+            let Some(sub) = layout.iter().find(|l| l.id == s && !l.changelogs.is_empty())
+            else {
+                continue;
+            };
+            match weir_store::TaskStore::open(entry.path(), weir_store::StoreOptions::default()) {
+                Ok(store) => {
+                    let partition = i32::try_from(p).unwrap_or(i32::MAX);
+                    if let Some(sum) = assignor::offset_sum(&store, &sub.changelogs, partition) {
+                        sums.insert(TaskId::new(s, p), sum);
+                    }
+                    if let Err(e) = store.close() {
+                        tracing::warn!(task = %name, error = %e, "closing a task store after reading its offsets");
+                    }
+                }
+                // Locked by another instance on this state directory, or
+                // unreadable: its tasks are assigned as if it were absent.
+                Err(e) => tracing::warn!(task = %name, error = %e, "a task directory's offsets cannot be read"),
+            }
+        }
+        sums
+    })
+    .await
+    .map_err(|e| StreamsError::NotRunning(format!("scanning the state directory: {e}")))
+}
+
 fn process_id(config: &StreamsConfig) -> Result<String> {
     let dir = config.state_dir.join(&config.application_id);
     let io = |e: std::io::Error| StreamsError::InvalidConfig {
@@ -195,24 +259,9 @@ impl KafkaStreams {
     /// # Errors
     ///
     /// An invalid config, a missing input topic, an internal topic with the
-    /// wrong partition count or cleanup policy, an unreachable cluster, or a
-    /// topology whose subtopology reads several topics (that needs the
-    /// streams assignor, not built yet: co-partitioned partitions must go to
-    /// one member together).
+    /// wrong partition count or cleanup policy, or an unreachable cluster.
     pub async fn start(topology: Topology, config: StreamsConfig) -> Result<KafkaStreams> {
         config.validate()?;
-        for sub in 0..topology.subtopology_count() {
-            let sub = u32::try_from(sub).unwrap_or(u32::MAX);
-            let topics = topology.source_topics(sub, &config.application_id);
-            if topics.len() > 1 {
-                return Err(StreamsError::InvalidTopology(format!(
-                    "subtopology {sub} reads {} topics ({}): joins and merges of several topics \
-                     in one subtopology need the streams assignor, which is not built yet",
-                    topics.len(),
-                    topics.join(", ")
-                )));
-            }
-        }
         let mut client = config.client.clone();
         if client.client_id == "weir" {
             client.client_id = config.application_id.clone();
@@ -228,11 +277,24 @@ impl KafkaStreams {
         let admin = Admin::new(cluster.clone());
         let partitions = topics::prepare(&admin, &topology, &config.application_id).await?;
         let process_id = process_id(&config)?;
+        let layout = assignor::layout(&topology, &config.application_id, &partitions);
+        let offset_sums = Arc::new(Mutex::new(scan_offset_sums(&config, layout.clone()).await?));
+        let streams_assignor = Arc::new(assignor::StreamsAssignor {
+            app: config.application_id.clone(),
+            process_id: process_id.clone(),
+            threads: u32::try_from(config.threads).unwrap_or(u32::MAX),
+            application_server: config.application_server.clone(),
+            layout: layout.clone(),
+            max_warmup_replicas: config.max_warmup_replicas,
+            probing_rebalance_interval: config.probing_rebalance_interval,
+            offset_sums: Arc::clone(&offset_sums),
+            assigned: Mutex::new(None),
+        });
         let mut member_config = MemberConfig::new(
             config.application_id.clone(),
             topology.all_source_topics(&config.application_id),
         )
-        .with_assignors([Assignor::CooperativeSticky])
+        .with_custom_assignor(streams_assignor)
         .with_session_timeout(config.session_timeout)
         .with_heartbeat_interval(config.heartbeat_interval)
         .with_max_poll_interval(config.max_poll_interval);
@@ -255,6 +317,8 @@ impl KafkaStreams {
             process_id,
             counters: Counters::default(),
             tasks: Mutex::new(BTreeMap::new()),
+            layout,
+            offset_sums,
             started: tokio::time::Instant::now(),
             started_wall_ms,
         });

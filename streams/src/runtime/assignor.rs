@@ -1,0 +1,518 @@
+//! The streams assignor: places tasks, not partitions, on instances.
+//!
+//! Each instance is one group member (see the crate README), so a client
+//! of weir-group's high-availability task assignor is a member, with its
+//! stream-thread count as capacity. Its subscription carries
+//! [`SubscriptionInfo`]: a version, its process id, its thread count, its
+//! `application.server` and the *offset sum* of every task whose state it
+//! holds (the sum of its stores' committed changelog offsets, or
+//! [`OFFSET_SUM_RUNNING`] for a task it runs now). The leader lists the
+//! changelogs' end offsets, derives each member's lag per task and asks the
+//! task assignor; a task's input partitions (one per source topic of its
+//! subtopology, so co-partitioned topics stay together) go to the member
+//! that runs it. Under cooperative rebalancing a partition another member
+//! still owns is withheld for one round: its owner revokes it and rejoins.
+//!
+//! Until warmup replicas run (the high-availability work), every member
+//! counts as caught up on every task: tasks balance at once and a moved
+//! task restores on its new owner before it processes. Stickiness still
+//! keeps a task where it ran.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use bytes::{Buf, BufMut, Bytes, BytesMut};
+use weir_client::Cluster;
+use weir_client::admin::{Admin, OffsetSpec};
+use weir_group::GroupError;
+use weir_group::assignor::custom::{AssignFuture, CustomGroup, GroupAssignor, MemberAssignment};
+use weir_group::assignor::{RebalanceProtocol, TopicPartition};
+use weir_group::task_assignor::{
+    self, ClientState, OFFSET_SUM_RUNNING, TaskAssignmentInput, TaskAssignorConfig,
+};
+
+use crate::task::TaskId;
+use crate::topology::Topology;
+
+/// The protocol name in JoinGroup.
+pub(crate) const PROTOCOL: &str = "weir-streams";
+/// The version of [`SubscriptionInfo`] and [`AssignmentInfo`] this build
+/// writes. A later version must keep these fields first, so this build can
+/// read a newer member's data during a rolling upgrade.
+const VERSION: u16 = 1;
+
+/// One subtopology as the assignor needs it.
+#[derive(Debug, Clone)]
+pub(crate) struct SubLayout {
+    pub id: u32,
+    /// Its source topics, resolved.
+    pub topics: Vec<String>,
+    pub partitions: i32,
+    /// Changelog topics of its logged stores (empty: a stateless task).
+    pub changelogs: Vec<String>,
+}
+
+/// The task layout of a topology for `application_id`.
+pub(crate) fn layout(
+    topology: &Topology,
+    application_id: &str,
+    partitions: &BTreeMap<u32, i32>,
+) -> Vec<SubLayout> {
+    (0..topology.subtopology_count())
+        .filter_map(|s| u32::try_from(s).ok())
+        .map(|id| SubLayout {
+            id,
+            topics: topology.source_topics(id, application_id),
+            partitions: partitions.get(&id).copied().unwrap_or(0),
+            changelogs: topology
+                .subtopology_stores(id)
+                .into_iter()
+                .filter(|spec| spec.logged)
+                .map(|spec| spec.changelog_topic(application_id))
+                .collect(),
+        })
+        .collect()
+}
+
+/// What a member tells the leader.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub(crate) struct SubscriptionInfo {
+    pub version: u16,
+    pub process_id: String,
+    pub threads: u32,
+    pub application_server: Option<String>,
+    /// Offset sum per task whose state this instance holds.
+    pub offset_sums: BTreeMap<TaskId, i64>,
+}
+
+/// What the leader tells a member, besides its partitions.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub(crate) struct AssignmentInfo {
+    pub version: u16,
+    pub active: BTreeSet<TaskId>,
+    pub standby: BTreeSet<TaskId>,
+}
+
+/// Why bytes do not decode.
+fn short(what: &str) -> String {
+    format!("{what}: truncated")
+}
+
+fn get_string(buf: &mut &[u8], what: &str) -> Result<Option<String>, String> {
+    if buf.remaining() < 2 {
+        return Err(short(what));
+    }
+    let len = buf.get_i16();
+    if len < 0 {
+        return Ok(None);
+    }
+    let len = usize::try_from(len).map_err(|_| short(what))?;
+    if buf.remaining() < len {
+        return Err(short(what));
+    }
+    let s = std::str::from_utf8(&buf[..len]).map_err(|e| format!("{what}: {e}"))?;
+    let s = s.to_owned();
+    buf.advance(len);
+    Ok(Some(s))
+}
+
+fn put_string(out: &mut BytesMut, s: Option<&str>) {
+    match s {
+        // Longer strings are cut: process ids and hosts are short.
+        Some(s) => {
+            let bytes = &s.as_bytes()[..s.len().min(i16::MAX as usize)];
+            out.put_i16(i16::try_from(bytes.len()).unwrap_or(i16::MAX));
+            out.put_slice(bytes);
+        }
+        None => out.put_i16(-1),
+    }
+}
+
+/// Reads a count of entries of `entry` bytes each, refusing one the
+/// remaining bytes cannot hold.
+fn get_count(buf: &mut &[u8], entry: usize, what: &str) -> Result<usize, String> {
+    if buf.remaining() < 4 {
+        return Err(short(what));
+    }
+    let n = buf.get_u32();
+    let n = usize::try_from(n).map_err(|_| short(what))?;
+    if n.saturating_mul(entry) > buf.remaining() {
+        return Err(format!(
+            "{what}: {n} entries announced, {} bytes left",
+            buf.remaining()
+        ));
+    }
+    Ok(n)
+}
+
+fn get_tasks(buf: &mut &[u8], what: &str) -> Result<BTreeSet<TaskId>, String> {
+    let n = get_count(buf, 8, what)?;
+    let mut tasks = BTreeSet::new();
+    for _ in 0..n {
+        tasks.insert(TaskId::new(buf.get_u32(), buf.get_u32()));
+    }
+    Ok(tasks)
+}
+
+fn put_tasks(out: &mut BytesMut, tasks: &BTreeSet<TaskId>) {
+    out.put_u32(u32::try_from(tasks.len()).unwrap_or(u32::MAX));
+    for t in tasks {
+        out.put_u32(t.subtopology);
+        out.put_u32(t.partition);
+    }
+}
+
+impl SubscriptionInfo {
+    pub(crate) fn encode(&self) -> Bytes {
+        let mut out = BytesMut::new();
+        out.put_u16(VERSION);
+        put_string(&mut out, Some(&self.process_id));
+        out.put_u32(self.threads);
+        put_string(&mut out, self.application_server.as_deref());
+        out.put_u32(u32::try_from(self.offset_sums.len()).unwrap_or(u32::MAX));
+        for (task, sum) in &self.offset_sums {
+            out.put_u32(task.subtopology);
+            out.put_u32(task.partition);
+            out.put_i64(*sum);
+        }
+        out.freeze()
+    }
+
+    /// Decodes a member's subscription user data (of this or a later version).
+    pub(crate) fn decode(mut buf: &[u8]) -> Result<Self, String> {
+        let buf = &mut buf;
+        if buf.remaining() < 2 {
+            return Err(short("subscription version"));
+        }
+        let version = buf.get_u16();
+        if version == 0 {
+            return Err("subscription version 0".into());
+        }
+        let process_id = get_string(buf, "process id")?.unwrap_or_default();
+        if buf.remaining() < 4 {
+            return Err(short("thread count"));
+        }
+        let threads = buf.get_u32();
+        let application_server = get_string(buf, "application.server")?;
+        let n = get_count(buf, 16, "offset sums")?;
+        let mut offset_sums = BTreeMap::new();
+        for _ in 0..n {
+            let task = TaskId::new(buf.get_u32(), buf.get_u32());
+            offset_sums.insert(task, buf.get_i64());
+        }
+        Ok(SubscriptionInfo {
+            version,
+            process_id,
+            threads,
+            application_server,
+            offset_sums,
+        })
+    }
+}
+
+impl AssignmentInfo {
+    pub(crate) fn encode(&self) -> Bytes {
+        let mut out = BytesMut::new();
+        out.put_u16(VERSION);
+        put_tasks(&mut out, &self.active);
+        put_tasks(&mut out, &self.standby);
+        out.freeze()
+    }
+
+    pub(crate) fn decode(mut buf: &[u8]) -> Result<Self, String> {
+        let buf = &mut buf;
+        if buf.remaining() < 2 {
+            return Err(short("assignment version"));
+        }
+        let version = buf.get_u16();
+        let active = get_tasks(buf, "active tasks")?;
+        let standby = get_tasks(buf, "standby tasks")?;
+        Ok(AssignmentInfo {
+            version,
+            active,
+            standby,
+        })
+    }
+}
+
+/// The offset sum of the task whose store is `store`: its logged stores'
+/// committed changelog offsets of `partition`, added up (`None` when it has
+/// none).
+pub(crate) fn offset_sum(
+    store: &weir_store::TaskStore,
+    changelogs: &[String],
+    partition: i32,
+) -> Option<i64> {
+    let mut sum: Option<i64> = None;
+    for topic in changelogs {
+        let tp = weir_store::ChangelogPartition::new(topic.clone(), partition);
+        if let weir_store::CommittedOffset::Known(o) = store.committed_offset(&tp) {
+            sum = Some(sum.unwrap_or(0).saturating_add(o));
+        }
+    }
+    sum
+}
+
+/// The assignor of one instance (see the module docs).
+#[derive(Debug)]
+pub(crate) struct StreamsAssignor {
+    pub app: String,
+    pub process_id: String,
+    pub threads: u32,
+    pub application_server: Option<String>,
+    pub layout: Vec<SubLayout>,
+    pub max_warmup_replicas: u32,
+    pub probing_rebalance_interval: Duration,
+    /// Offset sums of the tasks whose state this instance holds, kept by
+    /// the runtime (scanned at start, updated at every store commit).
+    pub offset_sums: Arc<Mutex<BTreeMap<TaskId, i64>>>,
+    /// The last assignment this member received.
+    pub assigned: Mutex<Option<(i32, AssignmentInfo)>>,
+}
+
+impl StreamsAssignor {
+    fn sub(&self, topic: &str) -> Option<&SubLayout> {
+        self.layout
+            .iter()
+            .find(|s| s.topics.iter().any(|t| t == topic))
+    }
+
+    /// The tasks whose input partitions are in `partitions`.
+    fn tasks_of(&self, partitions: &BTreeSet<TopicPartition>) -> BTreeSet<TaskId> {
+        partitions
+            .iter()
+            .filter_map(|tp| {
+                let sub = self.sub(&tp.topic)?;
+                Some(TaskId::new(sub.id, u32::try_from(tp.partition).ok()?))
+            })
+            .collect()
+    }
+
+    /// End offset sum of every stateful task: the changelogs' end offsets,
+    /// added up per partition.
+    async fn end_offset_sums(
+        &self,
+        cluster: &Cluster,
+    ) -> weir_group::Result<BTreeMap<TaskId, u64>> {
+        let admin = Admin::new(cluster.clone());
+        let mut sums: BTreeMap<TaskId, u64> = BTreeMap::new();
+        for sub in &self.layout {
+            let partitions: Vec<i32> = (0..sub.partitions).collect();
+            for topic in &sub.changelogs {
+                let listed = admin
+                    .list_offsets(topic, &partitions, OffsetSpec::Latest, false)
+                    .await
+                    .map_err(|e| GroupError::Client {
+                        context: format!(
+                            "ListOffsets of changelog {topic} for the streams assignor"
+                        ),
+                        message: e.to_string(),
+                        code: e.kafka_code().map(|c| c.code),
+                        retriable: e.is_retriable() || e.is_network(),
+                    })?;
+                for l in listed {
+                    let Ok(p) = u32::try_from(l.partition) else {
+                        continue;
+                    };
+                    *sums.entry(TaskId::new(sub.id, p)).or_default() +=
+                        u64::try_from(l.offset.max(0)).unwrap_or(0);
+                }
+            }
+        }
+        Ok(sums)
+    }
+
+    async fn assign_tasks(
+        &self,
+        cluster: &Cluster,
+        group: &CustomGroup,
+    ) -> weir_group::Result<BTreeMap<String, MemberAssignment>> {
+        let mut input = TaskAssignmentInput::default();
+        for sub in &self.layout {
+            for p in 0..u32::try_from(sub.partitions).unwrap_or(0) {
+                let task = TaskId::new(sub.id, p);
+                if sub.changelogs.is_empty() {
+                    input.stateless_tasks.insert(task);
+                } else {
+                    input.stateful_tasks.insert(task);
+                }
+            }
+        }
+        let ends = if input.stateful_tasks.is_empty() {
+            BTreeMap::new()
+        } else {
+            self.end_offset_sums(cluster).await?
+        };
+        for (member, m) in &group.members {
+            let info = match m.user_data.as_deref().map(SubscriptionInfo::decode) {
+                Some(Ok(info)) => info,
+                Some(Err(e)) => {
+                    tracing::warn!(member = %member, error = %e, "a member's streams subscription does not decode: capacity 1, no state");
+                    SubscriptionInfo::default()
+                }
+                None => SubscriptionInfo::default(),
+            };
+            let owned: BTreeSet<TopicPartition> = m.subscription.owned.iter().cloned().collect();
+            let mut client = ClientState::new(info.threads.max(1));
+            client.previous_active = self.tasks_of(&owned);
+            client.lags = task_assignor::task_lags(&ends, &info.offset_sums);
+            input.clients.insert(member.clone(), client);
+        }
+        let config = TaskAssignorConfig {
+            // Without warmups (not built yet) a task would stay on a
+            // caught-up member for ever: every member counts as caught up.
+            acceptable_recovery_lag: u64::MAX,
+            num_standby_replicas: 0,
+            max_warmup_replicas: self.max_warmup_replicas.max(1),
+            probing_rebalance_interval: self.probing_rebalance_interval,
+        };
+        let assignment = task_assignor::assign(&input, &config)?;
+        // Partitions some member claims to own now: withheld from any other
+        // member for one round (cooperative hand-over).
+        let mut owner_of: BTreeMap<TopicPartition, &str> = BTreeMap::new();
+        for (member, m) in &group.members {
+            for tp in &m.subscription.owned {
+                owner_of.insert(tp.clone(), member);
+            }
+        }
+        let mut out = BTreeMap::new();
+        for member in group.members.keys() {
+            let tasks = assignment
+                .clients
+                .get(member)
+                .map(|c| c.active.clone())
+                .unwrap_or_default();
+            let mut partitions = BTreeSet::new();
+            for task in &tasks {
+                let Some(sub) = self.layout.iter().find(|s| s.id == task.subtopology) else {
+                    continue;
+                };
+                let p = i32::try_from(task.partition).unwrap_or(i32::MAX);
+                for topic in &sub.topics {
+                    let tp = TopicPartition::new(topic.clone(), p);
+                    if owner_of.get(&tp).is_none_or(|o| o == member) {
+                        partitions.insert(tp);
+                    }
+                }
+            }
+            tracing::info!(member = %member, tasks = %list(&tasks), "streams assignor placed tasks");
+            let info = AssignmentInfo {
+                version: VERSION,
+                active: tasks,
+                standby: BTreeSet::new(),
+            };
+            out.insert(
+                member.clone(),
+                MemberAssignment {
+                    partitions,
+                    user_data: Some(info.encode()),
+                },
+            );
+        }
+        Ok(out)
+    }
+}
+
+fn list(tasks: &BTreeSet<TaskId>) -> String {
+    tasks
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+impl GroupAssignor for StreamsAssignor {
+    fn name(&self) -> &str {
+        PROTOCOL
+    }
+
+    fn protocol(&self) -> RebalanceProtocol {
+        RebalanceProtocol::Cooperative
+    }
+
+    fn subscription_user_data(
+        &self,
+        owned: &BTreeSet<TopicPartition>,
+        _generation: i32,
+    ) -> Option<Bytes> {
+        let mut offset_sums = self
+            .offset_sums
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        for task in self.tasks_of(owned) {
+            offset_sums.insert(task, OFFSET_SUM_RUNNING);
+        }
+        Some(
+            SubscriptionInfo {
+                version: VERSION,
+                process_id: self.process_id.clone(),
+                threads: self.threads,
+                application_server: self.application_server.clone(),
+                offset_sums,
+            }
+            .encode(),
+        )
+    }
+
+    fn assign<'a>(&'a self, cluster: &'a Cluster, group: &'a CustomGroup) -> AssignFuture<'a> {
+        Box::pin(self.assign_tasks(cluster, group))
+    }
+
+    fn on_assignment(&self, assignment: &MemberAssignment, generation: i32) {
+        match assignment.user_data.as_deref().map(AssignmentInfo::decode) {
+            Some(Ok(info)) => {
+                tracing::debug!(app = %self.app, generation, active = %list(&info.active), "streams assignment");
+                *self.assigned.lock().unwrap_or_else(PoisonError::into_inner) =
+                    Some((generation, info));
+            }
+            Some(Err(e)) => {
+                tracing::warn!(app = %self.app, generation, error = %e, "the streams assignment's user data does not decode");
+            }
+            None => {}
+        }
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn subscription_info_round_trips_and_bad_counts_are_refused() {
+        let info = SubscriptionInfo {
+            version: VERSION,
+            process_id: "p1".into(),
+            threads: 3,
+            application_server: Some("h:1".into()),
+            offset_sums: [
+                (TaskId::new(1, 2), 42),
+                (TaskId::new(0, 0), OFFSET_SUM_RUNNING),
+            ]
+            .into_iter()
+            .collect(),
+        };
+        let bytes = info.encode();
+        assert_eq!(SubscriptionInfo::decode(&bytes).unwrap(), info);
+        // A count the bytes cannot hold is an error, not an allocation.
+        let mut bad = bytes.to_vec();
+        let at = bad.len() - 2 * 16 - 4;
+        bad[at..at + 4].copy_from_slice(&u32::MAX.to_be_bytes());
+        assert!(SubscriptionInfo::decode(&bad).is_err());
+        for cut in 0..bytes.len() {
+            assert!(SubscriptionInfo::decode(&bytes[..cut]).is_err(), "{cut}");
+        }
+    }
+
+    #[test]
+    fn assignment_info_round_trips() {
+        let info = AssignmentInfo {
+            version: VERSION,
+            active: [TaskId::new(0, 1), TaskId::new(1, 1)].into_iter().collect(),
+            standby: [TaskId::new(1, 0)].into_iter().collect(),
+        };
+        assert_eq!(AssignmentInfo::decode(&info.encode()).unwrap(), info);
+    }
+}

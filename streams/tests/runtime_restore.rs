@@ -1,0 +1,176 @@
+//! Restores and task placement on the runtime, on the in-process cluster
+//! under tokio's paused clock:
+//! - a restart with its state directory intact restores only the changelog
+//!   tail its stores have not committed; a new instance restores everything
+//!   before it processes;
+//! - the streams assignor spreads stateful tasks by capacity and keeps the
+//!   co-partitioned partitions of a task together.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use support::*;
+use weir_client::producer::{Producer, ProducerRecord};
+
+const CHANGELOG: &str = "wc-counts-changelog";
+
+fn word_lines(n: usize, seed: u64) -> (Vec<String>, BTreeMap<String, u64>) {
+    lines(n, seed)
+}
+
+fn total(counts: &BTreeMap<String, u64>) -> u64 {
+    counts.values().sum()
+}
+
+/// The stores of every task of `tasks` under `dir`, merged.
+fn stores(dir: &std::path::Path, tasks: impl Iterator<Item = String>) -> BTreeMap<String, u64> {
+    let mut all = BTreeMap::new();
+    for t in tasks {
+        all.extend(store_counts(dir, "wc", &t));
+    }
+    all
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_restart_restores_only_the_tail_and_a_new_instance_restores_everything() {
+    let kit = testkit(1, 2).await;
+    let (first, mut expected) = word_lines(100, 3);
+    produce_words(&kit, &first).await;
+    let words_first = total(&expected);
+    let dir = tempfile::tempdir().unwrap();
+    let a = start(
+        count_keys(),
+        streams_config(&kit, "wc", "a", dir.path(), &[]),
+    )
+    .await;
+    eventually(
+        "the first batch counted",
+        Duration::from_secs(120),
+        || async { read_committed(&kit, OUTPUT).await.len() as u64 >= words_first },
+    )
+    .await;
+    a.close(Duration::from_secs(30)).await.unwrap();
+
+    // The tail: records another owner wrote to partition 0's changelog
+    // after this instance's stores last committed.
+    let producer = Producer::with_cluster(client(&kit, "other").await, Default::default()).unwrap();
+    let tail = ["tail-a", "tail-b", "tail-c"];
+    let mut acks = Vec::new();
+    for word in tail {
+        let record = ProducerRecord::new(CHANGELOG)
+            .with_partition(0)
+            .with_key(word.to_owned())
+            .with_value(bytes::Bytes::copy_from_slice(&7u64.to_be_bytes()));
+        acks.push(producer.enqueue(record).await.unwrap());
+    }
+    producer.flush().await;
+    for a in acks {
+        a.await.unwrap();
+    }
+    for word in tail {
+        expected.insert(word.to_owned(), 7);
+    }
+
+    let (second, more) = word_lines(50, 5);
+    produce_words(&kit, &second).await;
+    for (w, n) in &more {
+        *expected.entry(w.clone()).or_default() += n;
+    }
+    let a = start(
+        count_keys(),
+        streams_config(&kit, "wc", "a", dir.path(), &[]),
+    )
+    .await;
+    let words = words_first + total(&more);
+    eventually(
+        "the second batch counted",
+        Duration::from_secs(120),
+        || async { read_committed(&kit, OUTPUT).await.len() as u64 >= words },
+    )
+    .await;
+    assert_eq!(
+        a.metrics().restored_records,
+        tail.len() as u64,
+        "only the tail is restored"
+    );
+    a.close(Duration::from_secs(30)).await.unwrap();
+    let tasks = || ["0_0", "0_1"].into_iter().map(String::from);
+    assert_eq!(stores(dir.path(), tasks()), expected);
+
+    // A new instance on an empty directory restores every changelog record
+    // before it processes.
+    let (_, end0, _) = kit.offsets(CHANGELOG, 0).await.unwrap();
+    let (_, end1, _) = kit.offsets(CHANGELOG, 1).await.unwrap();
+    let fresh = tempfile::tempdir().unwrap();
+    let b = start(
+        count_keys(),
+        streams_config(&kit, "wc", "b", fresh.path(), &[]),
+    )
+    .await;
+    eventually(
+        "b restored and running",
+        Duration::from_secs(120),
+        || async {
+            let m = b.metrics();
+            m.tasks.len() == 2 && m.restoring_tasks == 0 && m.restored_records > 0
+        },
+    )
+    .await;
+    // One changelog record per input word, and the tail; the per-task
+    // fence's commit markers are offsets, not records.
+    assert_eq!(b.metrics().restored_records, words + tail.len() as u64);
+    assert!(end0 + end1 > i64::try_from(words).unwrap());
+    b.close(Duration::from_secs(30)).await.unwrap();
+    assert_eq!(stores(fresh.path(), tasks()), expected);
+}
+
+#[tokio::test(start_paused = true)]
+async fn stateful_tasks_spread_by_capacity() {
+    let kit = testkit(1, 6).await;
+    let (input, expected) = lines(120, 9);
+    produce_lines(&kit, &input).await;
+    let dirs: Vec<_> = (0..2).map(|_| tempfile::tempdir().unwrap()).collect();
+    let a = start(
+        word_count(),
+        streams_config(
+            &kit,
+            "wc",
+            "a",
+            dirs[0].path(),
+            &[("num.stream.threads", "2")],
+        ),
+    )
+    .await;
+    let b = start(
+        word_count(),
+        streams_config(
+            &kit,
+            "wc",
+            "b",
+            dirs[1].path(),
+            &[("num.stream.threads", "1")],
+        ),
+    )
+    .await;
+    eventually("every task placed", Duration::from_secs(120), || async {
+        a.metrics().tasks.len() + b.metrics().tasks.len() == 12 && !b.metrics().tasks.is_empty()
+    })
+    .await;
+    let stateful =
+        |m: &weir_streams::runtime::Metrics| m.tasks.keys().filter(|t| t.subtopology == 1).count();
+    // Capacity 2 : 1 over 6 stateful and 6 stateless tasks.
+    assert_eq!(stateful(&a.metrics()), 4, "{:?}", a.metrics());
+    assert_eq!(stateful(&b.metrics()), 2, "{:?}", b.metrics());
+    assert_eq!(a.metrics().tasks.len(), 8);
+    eventually("every word counted", Duration::from_secs(120), || async {
+        read_committed(&kit, OUTPUT).await.len() as u64 >= total(&expected)
+    })
+    .await;
+    assert_eq!(last_counts(&read_committed(&kit, OUTPUT).await), expected);
+    a.close(Duration::from_secs(30)).await.unwrap();
+    b.close(Duration::from_secs(30)).await.unwrap();
+}
