@@ -83,11 +83,13 @@ pub struct StreamsConfig {
     pub standby_replicas: u32,
     /// `acceptable.recovery.lag` (default 10,000): how far behind its
     /// changelog an instance's copy of a task may be and still count as
-    /// caught up for it.
+    /// caught up for it. Checked, but not used until warmup replicas run:
+    /// until then the assignor counts every instance as caught up.
     pub acceptable_recovery_lag: u64,
-    /// `max.warmup.replicas` (default 2).
+    /// `max.warmup.replicas` (default 2; not used until warmups run).
     pub max_warmup_replicas: u32,
-    /// `probing.rebalance.interval.ms` (default 10 minutes).
+    /// `probing.rebalance.interval.ms` (default 10 minutes; not used until
+    /// warmups run).
     pub probing_rebalance_interval: Duration,
     /// `application.server` (`host:port`): where this instance serves
     /// queries, sent to the group in its subscription.

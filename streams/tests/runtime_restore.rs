@@ -174,3 +174,96 @@ async fn stateful_tasks_spread_by_capacity() {
     a.close(Duration::from_secs(30)).await.unwrap();
     b.close(Duration::from_secs(30)).await.unwrap();
 }
+
+/// Counts keys across both of its inputs, in one store.
+struct Merge(weir_streams::state::KvStoreRef<String, u64>);
+
+impl weir_streams::processor::Processor<String, ()> for Merge {
+    type KOut = String;
+    type VOut = String;
+    fn process(
+        &mut self,
+        ctx: &mut weir_streams::processor::ProcessorContext<'_, String, String>,
+        r: weir_streams::Record<String, ()>,
+    ) -> Result<(), weir_streams::ProcessError> {
+        let store = ctx.kv_store(&self.0)?;
+        let n = store.get(&r.key)?.unwrap_or(0) + 1;
+        store.put(&r.key, &n, r.timestamp)?;
+        ctx.forward(weir_streams::Record::new(r.key, n.to_string(), r.timestamp));
+        Ok(())
+    }
+}
+
+/// A subtopology reading two co-partitioned topics: each task gets the same
+/// partition of both, so a key's records from either topic meet in one store.
+#[tokio::test(start_paused = true)]
+async fn a_subtopology_reading_two_topics_gets_both_partitions_in_one_task() {
+    let kit = testkit(1, 4).await;
+    kit.create_topic("other", 4, std::iter::empty::<(String, String)>())
+        .await
+        .unwrap();
+    let topology = || {
+        let mut b = weir_streams::TopologyBuilder::new();
+        let counts = b.kv_store::<String, u64>("counts");
+        let left = b.source::<String, ()>("left", &[INPUT]);
+        let right = b.source::<String, ()>("right", &["other"]);
+        let c = counts.clone();
+        let merged = b.processor(
+            "merge",
+            &[&left, &right],
+            move || Merge(c.clone()),
+            &[&counts],
+        );
+        b.sink("out", &[&merged], OUTPUT);
+        b.build().unwrap()
+    };
+    assert_eq!(topology().subtopology_count(), 1);
+
+    let dirs: Vec<_> = (0..2).map(|_| tempfile::tempdir().unwrap()).collect();
+    let x = start(
+        topology(),
+        streams_config(&kit, "wc", "x", dirs[0].path(), &[]),
+    )
+    .await;
+    let y = start(
+        topology(),
+        streams_config(&kit, "wc", "y", dirs[1].path(), &[]),
+    )
+    .await;
+    // The four tasks split two and two. Then every key's records from both
+    // topics must meet in one store: a task given partition p of one topic
+    // but not of the other would split the counts.
+    eventually(
+        "both instances run tasks",
+        Duration::from_secs(120),
+        || async { x.metrics().tasks.len() == 2 && y.metrics().tasks.len() == 2 },
+    )
+    .await;
+    let (input, mut expected) = lines(60, 21);
+    produce_words(&kit, &input).await;
+    let producer =
+        Producer::with_cluster(client(&kit, "other-feeder").await, Default::default()).unwrap();
+    let mut acks = Vec::new();
+    for line in &input {
+        for w in line.split_whitespace() {
+            acks.push(
+                producer
+                    .enqueue(ProducerRecord::new("other").with_key(w.to_owned()))
+                    .await
+                    .unwrap(),
+            );
+            *expected.get_mut(w).unwrap() += 1;
+        }
+    }
+    producer.flush().await;
+    for a in acks {
+        a.await.unwrap();
+    }
+    eventually("every record counted", Duration::from_secs(120), || async {
+        read_committed(&kit, OUTPUT).await.len() as u64 >= total(&expected)
+    })
+    .await;
+    assert_eq!(last_counts(&read_committed(&kit, OUTPUT).await), expected);
+    x.close(Duration::from_secs(30)).await.unwrap();
+    y.close(Duration::from_secs(30)).await.unwrap();
+}
