@@ -462,3 +462,37 @@ fn lags_from_offset_sums_follow_kafka() {
         [(t(0, 0), 100), (t(0, 2), 1_000), (t(0, 3), 1_000)].into()
     );
 }
+
+/// Shrunk from `converges_balanced_from_any_state`. Round 1: a keeps 0_4 and
+/// runs 0_1 (it has a caught-up standby of it) only while b warms 0_1 up.
+/// Round 2: a runs both, and the sticky target must still give 0_1 to b
+/// (whose warmup is now caught up) and keep 0_4 on a. It used to keep 0_1 on
+/// a, in task order, and evict 0_4 to b, wasting b's warmup and asking for
+/// a third round.
+#[test]
+fn an_interim_active_goes_to_its_warmed_up_target() {
+    let mut a = ClientState::new(1);
+    a.previous_active = [t(2, 4)].into();
+    a.previous_standby = [t(2, 1)].into();
+    a.lags.insert(t(2, 1), 0);
+    let input = TaskAssignmentInput {
+        clients: [("a".to_owned(), a), ("b".to_owned(), ClientState::new(1))].into(),
+        stateful_tasks: [t(2, 1), t(2, 4)].into(),
+        stateless_tasks: BTreeSet::new(),
+    };
+    let config = TaskAssignorConfig {
+        acceptable_recovery_lag: 0,
+        num_standby_replicas: 0,
+        max_warmup_replicas: 3,
+        probing_rebalance_interval: Duration::from_secs(600),
+    };
+    let first = assign(&input, &config).unwrap();
+    assert_eq!(first.clients["a"].active, [t(2, 1), t(2, 4)].into());
+    assert_eq!(first.clients["b"].warmup, [t(2, 1)].into());
+
+    let (rounds, last_input, out) = converge(input, &config, 2).unwrap();
+    assert_eq!(rounds, 2);
+    assert_eq!(out.clients["a"].active, [t(2, 4)].into());
+    assert_eq!(out.clients["b"].active, [t(2, 1)].into());
+    check_balanced(&last_input, &out).unwrap();
+}

@@ -9,7 +9,9 @@
 use std::cmp::Ordering;
 use std::collections::BTreeMap;
 
-use super::{ClientAssignment, TaskAssignmentInput, TaskAssignorConfig, TaskId, lag_rank};
+use super::{
+    ClientAssignment, LagRank, TaskAssignmentInput, TaskAssignorConfig, TaskId, lag_rank,
+};
 
 /// Capacity-proportional quotas for `n` items.
 struct Quotas<'a> {
@@ -75,13 +77,25 @@ pub(super) fn stateful_target(input: &TaskAssignmentInput) -> BTreeMap<TaskId, S
     let mut target: BTreeMap<TaskId, &str> = BTreeMap::new();
 
     // Stickiness: a task stays where it runs unless its client is over quota.
+    // An over-quota client keeps first the tasks the other clients are least
+    // caught up on, and gives up first those another client could run
+    // cheaply. Besides moving less state, this keeps the target stable over
+    // a follow-up: an active kept on a caught-up client only while the
+    // target's warmup restores is a previous active of that client at the
+    // next rebalance, and the warmup, now caught up, makes it the first to
+    // go, so the client still keeps the tasks it kept before. In plain
+    // task order it could keep the interim task instead and evict another,
+    // wasting the warmup and asking the target to warm up that other task.
     for (id, client) in &input.clients {
-        let previous: Vec<TaskId> = client
+        let mut previous: Vec<(LagRank, TaskId)> = client
             .previous_active
             .iter()
             .filter(|t| input.stateful_tasks.contains(t) && !target.contains_key(t))
-            .copied()
+            .map(|t| (best_other_rank(input, id, t), *t))
             .collect();
+        // Least caught-up alternative first; task order breaks ties.
+        previous.sort_by(|(ra, ta), (rb, tb)| rb.cmp(ra).then_with(|| ta.cmp(tb)));
+        let previous = previous.into_iter().map(|(_, t)| t);
         for task in previous {
             if !quotas.has_room(id) {
                 break;
@@ -122,6 +136,18 @@ pub(super) fn stateful_target(input: &TaskAssignmentInput) -> BTreeMap<TaskId, S
         }
     }
     target.into_iter().map(|(t, c)| (t, c.to_owned())).collect()
+}
+
+/// The best lag rank any client other than `owner` has on `task`
+/// ([`LagRank::NoState`] if there is no other client).
+fn best_other_rank(input: &TaskAssignmentInput, owner: &str, task: &TaskId) -> LagRank {
+    input
+        .clients
+        .iter()
+        .filter(|(id, _)| id.as_str() != owner)
+        .map(|(_, c)| lag_rank(c, task))
+        .min()
+        .unwrap_or(LagRank::NoState)
 }
 
 /// Places `num_standby_replicas` standbys of every stateful task on clients
