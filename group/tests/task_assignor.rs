@@ -496,3 +496,43 @@ fn an_interim_active_goes_to_its_warmed_up_target() {
     assert_eq!(out.clients["b"].active, [t(2, 1)].into());
     check_balanced(&last_input, &out).unwrap();
 }
+
+/// Shrunk from `converges_balanced_from_any_state`: the left-over slot. With
+/// capacities 2, 1, 1 and two tasks, a has one slot and one of b, c gets the
+/// other. Round 1 gives it to c (caught up on 0_7) and keeps 2_7 on b while
+/// a warms it up. Round 2 both b and c run a task and only one may keep it:
+/// it must be c, so that 2_7 goes to a, whose warmup is caught up. Taking
+/// the slot in client order gave it to b and sent 0_7 to a, cold.
+#[test]
+fn the_left_over_slot_stays_where_it_went() {
+    let mut b = ClientState::new(1);
+    b.previous_standby = [t(2, 7)].into();
+    b.lags.insert(t(2, 7), 0);
+    let mut c = ClientState::new(1);
+    c.lags.insert(t(0, 7), 0);
+    let input = TaskAssignmentInput {
+        clients: [
+            ("a".to_owned(), ClientState::new(2)),
+            ("b".to_owned(), b),
+            ("c".to_owned(), c),
+        ]
+        .into(),
+        stateful_tasks: [t(0, 7), t(2, 7)].into(),
+        stateless_tasks: BTreeSet::new(),
+    };
+    let config = TaskAssignorConfig {
+        acceptable_recovery_lag: 0,
+        num_standby_replicas: 0,
+        max_warmup_replicas: 3,
+        probing_rebalance_interval: Duration::from_secs(600),
+    };
+    let first = assign(&input, &config).unwrap();
+    assert_eq!(first.clients["b"].active, [t(2, 7)].into());
+    assert_eq!(first.clients["a"].warmup, [t(2, 7)].into());
+
+    let (rounds, last_input, out) = converge(input, &config, 2).unwrap();
+    assert_eq!(rounds, 2);
+    assert_eq!(out.clients["a"].active, [t(2, 7)].into());
+    assert_eq!(out.clients["c"].active, [t(0, 7)].into());
+    check_balanced(&last_input, &out).unwrap();
+}

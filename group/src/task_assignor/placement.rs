@@ -77,29 +77,38 @@ pub(super) fn stateful_target(input: &TaskAssignmentInput) -> BTreeMap<TaskId, S
     let mut target: BTreeMap<TaskId, &str> = BTreeMap::new();
 
     // Stickiness: a task stays where it runs unless its client is over quota.
-    // An over-quota client keeps first the tasks the other clients are least
-    // caught up on, and gives up first those another client could run
-    // cheaply. Besides moving less state, this keeps the target stable over
-    // a follow-up: an active kept on a caught-up client only while the
-    // target's warmup restores is a previous active of that client at the
-    // next rebalance, and the warmup, now caught up, makes it the first to
-    // go, so the client still keeps the tasks it kept before. In plain
-    // task order it could keep the interim task instead and evict another,
-    // wasting the warmup and asking the target to warm up that other task.
-    for (id, client) in &input.clients {
-        let mut previous: Vec<(LagRank, TaskId)> = client
-            .previous_active
-            .iter()
-            .filter(|t| input.stateful_tasks.contains(t) && !target.contains_key(t))
-            .map(|t| (best_other_rank(input, id, t), *t))
-            .collect();
-        // Least caught-up alternative first; task order breaks ties.
-        previous.sort_by(|(ra, ta), (rb, tb)| rb.cmp(ra).then_with(|| ta.cmp(tb)));
-        let previous = previous.into_iter().map(|(_, t)| t);
-        for task in previous {
-            if !quotas.has_room(id) {
-                break;
-            }
+    // Over quota, the tasks the other clients are least caught up on are
+    // kept first, and those another client could run cheaply go first. This
+    // is one pass over the previous actives of all clients, so it also
+    // decides which clients get the left-over slots (`n − Σ⌊n·c/C⌋`).
+    //
+    // Prevents: a target that changes over a follow-up rebalance. An active
+    // kept on a caught-up client only while the target's warmup restores is
+    // a previous active of that client at the next rebalance, just like the
+    // tasks the client kept. Kafka's target is a fresh round-robin, the same
+    // in every round; a sticky one has to give that interim active to the
+    // warmed-up target again. Ranked by the others' lag, the interim active
+    // (its warmup now caught up) is the first to go, and the tasks it
+    // displaced, and the left-over slots, stay where they went. In client
+    // and task order it could keep the interim active and evict another
+    // task, wasting the warmup and asking for one more round.
+    let mut previous: Vec<(LagRank, &str, TaskId)> = input
+        .clients
+        .iter()
+        .flat_map(|(id, client)| {
+            client
+                .previous_active
+                .iter()
+                .filter(|t| input.stateful_tasks.contains(t))
+                .map(move |t| (best_other_rank(input, id, t), id.as_str(), *t))
+        })
+        .collect();
+    // Least caught-up alternative first; client then task order breaks ties.
+    previous.sort_by(|(ra, ca, ta), (rb, cb, tb)| {
+        rb.cmp(ra).then_with(|| ca.cmp(cb)).then_with(|| ta.cmp(tb))
+    });
+    for (_, id, task) in previous {
+        if !target.contains_key(&task) && quotas.has_room(id) {
             quotas.take(id);
             target.insert(task, id);
         }
