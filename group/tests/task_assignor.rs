@@ -536,3 +536,44 @@ fn the_left_over_slot_stays_where_it_went() {
     assert_eq!(out.clients["c"].active, [t(0, 7)].into());
     check_balanced(&last_input, &out).unwrap();
 }
+
+/// Shrunk from `converges_balanced_from_any_state`: a standby ties with a
+/// warmup. Capacities 1, 2, 1, two tasks, one standby each. Round 1: c takes
+/// the left-over slot with 1_3 (caught up), a runs 1_5 while b warms it up,
+/// and a gets a standby of 1_3. Round 2: 1_5 (warmup on b) and 1_3 (standby
+/// on a) both have a caught-up copy elsewhere, but only b has room: 1_5 must
+/// go, and c keep 1_3.
+#[test]
+fn the_task_whose_warmup_has_room_goes_first() {
+    let mut a = ClientState::new(1);
+    a.previous_standby = [t(1, 5)].into();
+    a.lags.insert(t(1, 5), 0);
+    let mut c = ClientState::new(1);
+    c.lags.insert(t(1, 3), 0);
+    let input = TaskAssignmentInput {
+        clients: [
+            ("a".to_owned(), a),
+            ("b".to_owned(), ClientState::new(2)),
+            ("c".to_owned(), c),
+        ]
+        .into(),
+        stateful_tasks: [t(1, 3), t(1, 5)].into(),
+        stateless_tasks: BTreeSet::new(),
+    };
+    let config = TaskAssignorConfig {
+        acceptable_recovery_lag: 0,
+        num_standby_replicas: 1,
+        max_warmup_replicas: 3,
+        probing_rebalance_interval: Duration::from_secs(600),
+    };
+    let first = assign(&input, &config).unwrap();
+    assert_eq!(first.clients["a"].active, [t(1, 5)].into());
+    assert_eq!(first.clients["b"].warmup, [t(1, 5)].into());
+    assert_eq!(first.clients["c"].active, [t(1, 3)].into());
+
+    let (rounds, last_input, out) = converge(input, &config, 2).unwrap();
+    assert_eq!(rounds, 2);
+    assert_eq!(out.clients["b"].active, [t(1, 5)].into());
+    assert_eq!(out.clients["c"].active, [t(1, 3)].into());
+    check_balanced(&last_input, &out).unwrap();
+}
