@@ -462,3 +462,118 @@ fn lags_from_offset_sums_follow_kafka() {
         [(t(0, 0), 100), (t(0, 2), 1_000), (t(0, 3), 1_000)].into()
     );
 }
+
+/// Shrunk from `converges_balanced_from_any_state`. Round 1: a keeps 0_4 and
+/// runs 0_1 (it has a caught-up standby of it) only while b warms 0_1 up.
+/// Round 2: a runs both, and the sticky target must still give 0_1 to b
+/// (whose warmup is now caught up) and keep 0_4 on a. It used to keep 0_1 on
+/// a, in task order, and evict 0_4 to b, wasting b's warmup and asking for
+/// a third round.
+#[test]
+fn an_interim_active_goes_to_its_warmed_up_target() {
+    let mut a = ClientState::new(1);
+    a.previous_active = [t(2, 4)].into();
+    a.previous_standby = [t(2, 1)].into();
+    a.lags.insert(t(2, 1), 0);
+    let input = TaskAssignmentInput {
+        clients: [("a".to_owned(), a), ("b".to_owned(), ClientState::new(1))].into(),
+        stateful_tasks: [t(2, 1), t(2, 4)].into(),
+        stateless_tasks: BTreeSet::new(),
+    };
+    let config = TaskAssignorConfig {
+        acceptable_recovery_lag: 0,
+        num_standby_replicas: 0,
+        max_warmup_replicas: 3,
+        probing_rebalance_interval: Duration::from_secs(600),
+    };
+    let first = assign(&input, &config).unwrap();
+    assert_eq!(first.clients["a"].active, [t(2, 1), t(2, 4)].into());
+    assert_eq!(first.clients["b"].warmup, [t(2, 1)].into());
+
+    let (rounds, last_input, out) = converge(input, &config, 2).unwrap();
+    assert_eq!(rounds, 2);
+    assert_eq!(out.clients["a"].active, [t(2, 4)].into());
+    assert_eq!(out.clients["b"].active, [t(2, 1)].into());
+    check_balanced(&last_input, &out).unwrap();
+}
+
+/// Shrunk from `converges_balanced_from_any_state`: the left-over slot. With
+/// capacities 2, 1, 1 and two tasks, a has one slot and one of b, c gets the
+/// other. Round 1 gives it to c (caught up on 0_7) and keeps 2_7 on b while
+/// a warms it up. Round 2 both b and c run a task and only one may keep it:
+/// it must be c, so that 2_7 goes to a, whose warmup is caught up. Taking
+/// the slot in client order gave it to b and sent 0_7 to a, cold.
+#[test]
+fn the_left_over_slot_stays_where_it_went() {
+    let mut b = ClientState::new(1);
+    b.previous_standby = [t(2, 7)].into();
+    b.lags.insert(t(2, 7), 0);
+    let mut c = ClientState::new(1);
+    c.lags.insert(t(0, 7), 0);
+    let input = TaskAssignmentInput {
+        clients: [
+            ("a".to_owned(), ClientState::new(2)),
+            ("b".to_owned(), b),
+            ("c".to_owned(), c),
+        ]
+        .into(),
+        stateful_tasks: [t(0, 7), t(2, 7)].into(),
+        stateless_tasks: BTreeSet::new(),
+    };
+    let config = TaskAssignorConfig {
+        acceptable_recovery_lag: 0,
+        num_standby_replicas: 0,
+        max_warmup_replicas: 3,
+        probing_rebalance_interval: Duration::from_secs(600),
+    };
+    let first = assign(&input, &config).unwrap();
+    assert_eq!(first.clients["b"].active, [t(2, 7)].into());
+    assert_eq!(first.clients["a"].warmup, [t(2, 7)].into());
+
+    let (rounds, last_input, out) = converge(input, &config, 2).unwrap();
+    assert_eq!(rounds, 2);
+    assert_eq!(out.clients["a"].active, [t(2, 7)].into());
+    assert_eq!(out.clients["c"].active, [t(0, 7)].into());
+    check_balanced(&last_input, &out).unwrap();
+}
+
+/// Shrunk from `converges_balanced_from_any_state`: a standby ties with a
+/// warmup. Capacities 1, 2, 1, two tasks, one standby each. Round 1: c takes
+/// the left-over slot with 1_3 (caught up), a runs 1_5 while b warms it up,
+/// and a gets a standby of 1_3. Round 2: 1_5 (warmup on b) and 1_3 (standby
+/// on a) both have a caught-up copy elsewhere, but only b has room: 1_5 must
+/// go, and c keep 1_3.
+#[test]
+fn the_task_whose_warmup_has_room_goes_first() {
+    let mut a = ClientState::new(1);
+    a.previous_standby = [t(1, 5)].into();
+    a.lags.insert(t(1, 5), 0);
+    let mut c = ClientState::new(1);
+    c.lags.insert(t(1, 3), 0);
+    let input = TaskAssignmentInput {
+        clients: [
+            ("a".to_owned(), a),
+            ("b".to_owned(), ClientState::new(2)),
+            ("c".to_owned(), c),
+        ]
+        .into(),
+        stateful_tasks: [t(1, 3), t(1, 5)].into(),
+        stateless_tasks: BTreeSet::new(),
+    };
+    let config = TaskAssignorConfig {
+        acceptable_recovery_lag: 0,
+        num_standby_replicas: 1,
+        max_warmup_replicas: 3,
+        probing_rebalance_interval: Duration::from_secs(600),
+    };
+    let first = assign(&input, &config).unwrap();
+    assert_eq!(first.clients["a"].active, [t(1, 5)].into());
+    assert_eq!(first.clients["b"].warmup, [t(1, 5)].into());
+    assert_eq!(first.clients["c"].active, [t(1, 3)].into());
+
+    let (rounds, last_input, out) = converge(input, &config, 2).unwrap();
+    assert_eq!(rounds, 2);
+    assert_eq!(out.clients["b"].active, [t(1, 5)].into());
+    assert_eq!(out.clients["c"].active, [t(1, 3)].into());
+    check_balanced(&last_input, &out).unwrap();
+}

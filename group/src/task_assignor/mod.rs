@@ -18,8 +18,11 @@
 //! keeps its previous actives up to its capacity-proportional quota, and only
 //! the excess moves. Adding an instance then moves only the tasks it needs,
 //! instead of re-dealing every task (the bouncing behind the 7–85 s of lag per
-//! deploy in issue #4). Everything iterates over ordered maps, so equal inputs
-//! give equal outputs.
+//! deploy in issue #4). Kafka's target is the same in every round, so a
+//! warmup always prepares the task its client will get; Weir's excess is
+//! chosen so that the target stays put over a follow-up too (the task a
+//! client only runs while another's warmup restores it goes first).
+//! Everything iterates over ordered maps, so equal inputs give equal outputs.
 
 mod followup;
 mod movement;

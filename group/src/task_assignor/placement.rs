@@ -7,9 +7,12 @@
 //! differ by at most one.
 
 use std::cmp::Ordering;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
-use super::{ClientAssignment, TaskAssignmentInput, TaskAssignorConfig, TaskId, lag_rank};
+use super::{
+    ClientAssignment, ClientState, LagRank, TaskAssignmentInput, TaskAssignorConfig, TaskId,
+    lag_rank,
+};
 
 /// Capacity-proportional quotas for `n` items.
 struct Quotas<'a> {
@@ -38,6 +41,10 @@ impl<'a> Quotas<'a> {
             count,
             extra,
         }
+    }
+
+    fn floor(&self, id: &str) -> usize {
+        self.floor.get(id).copied().unwrap_or(0)
     }
 
     fn count(&self, id: &str) -> usize {
@@ -75,17 +82,63 @@ pub(super) fn stateful_target(input: &TaskAssignmentInput) -> BTreeMap<TaskId, S
     let mut target: BTreeMap<TaskId, &str> = BTreeMap::new();
 
     // Stickiness: a task stays where it runs unless its client is over quota.
-    for (id, client) in &input.clients {
-        let previous: Vec<TaskId> = client
-            .previous_active
+    // Over quota, a task goes first if a client sure to have room (fewer
+    // previous actives than its floor) is caught up on it, and the tasks the
+    // other clients are least caught up on are kept first. This is one pass
+    // over the previous actives of all clients, so it also decides which
+    // clients get the left-over slots (`n − Σ⌊n·c/C⌋`).
+    //
+    // Prevents: a target that changes over a follow-up rebalance. An active
+    // kept on a caught-up client only while the target's warmup restores is
+    // a previous active of that client at the next rebalance, just like the
+    // tasks the client kept. Kafka's target is a fresh round-robin, the same
+    // in every round; a sticky one has to give that interim active to the
+    // warmed-up target again. Ranked this way the interim active (its target
+    // has room and a caught-up warmup) is the first to go, and the tasks it
+    // displaced, and the left-over slots, stay where they went. In client
+    // and task order it could keep the interim active and evict another
+    // task, wasting the warmup and asking for one more round.
+    let demand = |c: &ClientState| {
+        c.previous_active
             .iter()
-            .filter(|t| input.stateful_tasks.contains(t) && !target.contains_key(t))
-            .copied()
-            .collect();
-        for task in previous {
-            if !quotas.has_room(id) {
-                break;
-            }
+            .filter(|t| input.stateful_tasks.contains(t))
+            .count()
+    };
+    let spare: BTreeSet<&str> = input
+        .clients
+        .iter()
+        .filter(|(id, c)| demand(c) < quotas.floor(id))
+        .map(|(id, _)| id.as_str())
+        .collect();
+    let mut previous: Vec<(LagRank, LagRank, &str, TaskId)> = input
+        .clients
+        .iter()
+        .flat_map(|(id, client)| {
+            let spare = &spare;
+            client
+                .previous_active
+                .iter()
+                .filter(|t| input.stateful_tasks.contains(t))
+                .map(move |t| {
+                    let owner = id.as_str();
+                    (
+                        best_rank(input, t, |c| c != owner && spare.contains(c)),
+                        best_rank(input, t, |c| c != owner),
+                        owner,
+                        *t,
+                    )
+                })
+        })
+        .collect();
+    // Least caught-up alternatives first; client then task order breaks ties.
+    previous.sort_by(|(sa, ra, ca, ta), (sb, rb, cb, tb)| {
+        sb.cmp(sa)
+            .then_with(|| rb.cmp(ra))
+            .then_with(|| ca.cmp(cb))
+            .then_with(|| ta.cmp(tb))
+    });
+    for (_, _, id, task) in previous {
+        if !target.contains_key(&task) && quotas.has_room(id) {
             quotas.take(id);
             target.insert(task, id);
         }
@@ -122,6 +175,18 @@ pub(super) fn stateful_target(input: &TaskAssignmentInput) -> BTreeMap<TaskId, S
         }
     }
     target.into_iter().map(|(t, c)| (t, c.to_owned())).collect()
+}
+
+/// The best lag rank on `task` of the clients `pick` accepts
+/// ([`LagRank::NoState`] if it accepts none).
+fn best_rank(input: &TaskAssignmentInput, task: &TaskId, pick: impl Fn(&str) -> bool) -> LagRank {
+    input
+        .clients
+        .iter()
+        .filter(|(id, _)| pick(id))
+        .map(|(_, c)| lag_rank(c, task))
+        .min()
+        .unwrap_or(LagRank::NoState)
 }
 
 /// Places `num_standby_replicas` standbys of every stateful task on clients
