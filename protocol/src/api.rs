@@ -86,11 +86,35 @@ pub fn peek_correlation_id(frame: &[u8]) -> Result<i32> {
 /// Decodes a response frame (without length prefix) to request `R` sent at `version`.
 ///
 /// Returns the correlation id and the body; trailing bytes are an error, since
-/// they mean the two sides disagree about the version.
+/// they mean the two sides disagree about the version. (Where a peer is
+/// known to append bytes, see [`decode_response_tolerant`].)
 ///
 /// # Errors
 /// [`ProtocolError::Decode`] or [`ProtocolError::TrailingBytes`].
-pub fn decode_response<R: Request>(mut frame: Bytes, version: i16) -> Result<(i32, R::Response)> {
+pub fn decode_response<R: Request>(frame: Bytes, version: i16) -> Result<(i32, R::Response)> {
+    let (correlation_id, body, left) = decode_response_tolerant::<R>(frame, version)?;
+    if left > 0 {
+        return Err(ProtocolError::TrailingBytes {
+            api: api_key_of::<R>()?,
+            version,
+            left,
+        });
+    }
+    Ok((correlation_id, body))
+}
+
+/// As [`decode_response`], but bytes left after a fully decoded body are
+/// counted, not refused: Java's and librdkafka's clients read a response
+/// the same way, and librdkafka's mock cluster ends its flexible Metadata
+/// responses with one tagged-fields byte too many. A body that does not
+/// decode is still an error.
+///
+/// # Errors
+/// [`ProtocolError::Decode`].
+pub fn decode_response_tolerant<R: Request>(
+    mut frame: Bytes,
+    version: i16,
+) -> Result<(i32, R::Response, usize)> {
     let api = api_key_of::<R>()?;
     let decode_err = |e: BoxedError| ProtocolError::Decode {
         api,
@@ -102,14 +126,7 @@ pub fn decode_response<R: Request>(mut frame: Bytes, version: i16) -> Result<(i3
         ResponseHeader::decode(&mut frame, header_version).map_err(|e| decode_err(e.into()))?;
     let body = <R::Response as Decodable>::decode(&mut frame, version)
         .map_err(|e| decode_err(e.into()))?;
-    if frame.has_remaining() {
-        return Err(ProtocolError::TrailingBytes {
-            api,
-            version,
-            left: frame.remaining(),
-        });
-    }
-    Ok((header.correlation_id, body))
+    Ok((header.correlation_id, body, frame.remaining()))
 }
 
 /// The fixed start of every request header: enough to answer even a request

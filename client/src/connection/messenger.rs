@@ -22,7 +22,9 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 use tracing::{debug, warn};
-use weir_protocol::api::{api_key_of, decode_response, encode_request, peek_correlation_id};
+use weir_protocol::api::{
+    api_key_of, decode_response_tolerant, encode_request, peek_correlation_id,
+};
 use weir_protocol::frame::FrameDecoder;
 use weir_protocol::kafka_protocol::protocol::Request;
 use weir_protocol::versions::BrokerVersions;
@@ -246,8 +248,9 @@ where
     pub async fn response(self) -> Result<R::Response> {
         let shared = Arc::clone(&self.waiting.guard.shared);
         let frame = self.waiting.frame(self.api, self.timeout).await?;
-        match decode_response::<R>(frame, self.version) {
-            Ok((_, response)) => {
+        match decode_response_tolerant::<R>(frame, self.version) {
+            Ok((_, response, left)) => {
+                note_trailing(&shared.broker, self.api, self.version, left);
                 self.throttle.record(response.throttle_time_ms());
                 Ok(response)
             }
@@ -432,8 +435,9 @@ impl Messenger {
         let Some(frame) = frame else {
             return Err(ClientError::Closed);
         };
-        match decode_response::<R>(frame, version) {
-            Ok((_, response)) => {
+        match decode_response_tolerant::<R>(frame, version) {
+            Ok((_, response, left)) => {
+                note_trailing(&self.shared.broker, api, version, left);
                 self.options.throttle.record(response.throttle_time_ms());
                 Ok(response)
             }
@@ -712,5 +716,20 @@ async fn write_loop<W: AsyncWrite>(
             });
             return;
         }
+    }
+}
+
+/// Bytes after a fully decoded response are ignored, as Java and librdkafka
+/// ignore them (librdkafka's mock cluster sends one after flexible Metadata
+/// responses); they are logged, since they can also mean a version mix-up.
+fn note_trailing(broker: &str, api: weir_protocol::ApiKey, version: i16, left: usize) {
+    if left > 0 {
+        tracing::debug!(
+            broker,
+            ?api,
+            version,
+            left,
+            "ignoring bytes after a decoded response"
+        );
     }
 }

@@ -297,3 +297,33 @@ async fn throttle_time_delays_the_next_request() {
         arrived - start
     );
 }
+
+#[tokio::test]
+async fn a_byte_after_a_decoded_response_is_ignored_as_java_and_librdkafka_do() {
+    // librdkafka's mock cluster ends flexible Metadata responses (v9+) with
+    // one empty tagged-fields byte too many.
+    let (m, mut server) = pair(12, options());
+    let server = tokio::spawn(async move {
+        let req = server.next_request().await.unwrap();
+        let mut encoded = BytesMut::new();
+        weir_protocol::api::encode_response(
+            &mut encoded,
+            ApiKey::Metadata,
+            req.version,
+            req.header.correlation_id,
+            &metadata_with_cluster_id("mock"),
+        )
+        .unwrap();
+        let body = encoded.split_off(4);
+        let mut frame = BytesMut::new();
+        frame.put_i32(i32::try_from(body.len() + 1).unwrap());
+        frame.extend_from_slice(&body);
+        frame.put_u8(0);
+        server.write_raw(&frame).await;
+        server
+    });
+    let response = m.request(&MetadataRequest::default()).await.unwrap();
+    assert_eq!(cluster_id(&response), "mock");
+    assert!(m.is_usable());
+    let _server = server.await.unwrap();
+}
