@@ -149,7 +149,7 @@ else
 fi
 rc=0
 run_weir list topics list -b "$bootstrap" || weir_failed list "$?"
-grep -Eq "^$TOPIC[[:space:]]+2 partitions" "$work/list.out" ||
+grep -Eq "^${TOPIC}[[:space:]]+2 partitions" "$work/list.out" ||
     fail "weir topics list does not show $TOPIC with 2 partitions: $(tr '\n' '|' <"$work/list.out")"
 say "ok   weir topics list shows $TOPIC with 2 partitions"
 
