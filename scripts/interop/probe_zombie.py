@@ -122,6 +122,8 @@ def main():
             if not zombie_error.fatal():
                 failures.append(outcome + ": expected a FATAL error (fatal() true); "
                                 "an abortable error would let the zombie abort and go on")
+            if zombie_error.retriable():
+                failures.append(outcome + ": a fence must not be retriable")
             if zombie_error.txn_requires_abort():
                 failures.append(outcome + ": txn_requires_abort must be false for a fence")
             if zombie_error.code() not in FENCED_CODES:
