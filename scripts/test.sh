@@ -10,7 +10,9 @@
 # 3. independent clients: a Python venv with confluent-kafka and kafka-python, smoke-tested
 #    against the broker (scripts/interop/probe_tansu.py);
 # 4. cargo fmt --check, clippy -D warnings, nextest (unit + integration), the same probe
-#    against weir-testkit (scripts/interop/probe_testkit.sh), doc tests.
+#    against weir-testkit plus the zombie-fencing probe (scripts/interop/probe_testkit.sh),
+#    the weir CLI against librdkafka's mock cluster (scripts/interop/probe_mock_cluster.sh:
+#    ApiVersions downgrade), doc tests.
 #
 # Every cargo step runs even if an earlier one failed, so one run shows all problems; the
 # exit status is non-zero if any step failed. Tests see:
@@ -142,21 +144,34 @@ fmt_color=()
 [[ -t 1 ]] || fmt_color=(--color never)
 step fmt cargo fmt --all -- --check "${fmt_color[@]}"
 step clippy cargo clippy --workspace --all-targets -- -D warnings
-# The standalone testkit broker, for interop tests that run librdkafka against it as an
-# external process (WEIR_TESTKIT_BIN); without it they use an in-process cluster and say so.
-section "testkit binary"
-if WEIR_TESTKIT_BIN="$(cargo build -p weir-testkit --bin weir-testkit \
-    --message-format=json-render-diagnostics |
-    python3 -c 'import json, sys
+# Builds one binary and prints the path of its executable, wherever CARGO_TARGET_DIR points.
+build_bin() {
+    local package="$1" bin="$2"
+    cargo build -p "$package" --bin "$bin" --message-format=json-render-diagnostics |
+        python3 -c 'import json, sys
 for line in sys.stdin:
     msg = json.loads(line)
     if msg.get("reason") == "compiler-artifact" and msg.get("executable"):
-        print(msg["executable"])' | tail -n1)" && [[ -x "$WEIR_TESTKIT_BIN" ]]; then
+        print(msg["executable"])' | tail -n1
+}
+# The standalone testkit broker, for interop tests that run librdkafka against it as an
+# external process (WEIR_TESTKIT_BIN); without it they use an in-process cluster and say so.
+section "testkit binary"
+if WEIR_TESTKIT_BIN="$(build_bin weir-testkit weir-testkit)" && [[ -x "$WEIR_TESTKIT_BIN" ]]; then
     export WEIR_TESTKIT_BIN
     note "WEIR_TESTKIT_BIN=$WEIR_TESTKIT_BIN"
 else
     note "testkit-binary FAILED: could not build the weir-testkit binary"
     FAILED_STEPS+=("testkit-binary")
+fi
+# The weir CLI, which the mock-cluster probe runs against librdkafka's mock cluster.
+section "weir CLI binary"
+if WEIR_CLI_BIN="$(build_bin weir-cli weir)" && [[ -x "$WEIR_CLI_BIN" ]]; then
+    note "WEIR_CLI_BIN=$WEIR_CLI_BIN"
+else
+    note "weir-cli-binary FAILED: could not build the weir CLI"
+    FAILED_STEPS+=("weir-cli-binary")
+    WEIR_CLI_BIN=""
 fi
 if [[ "$TEST_RUNNER" == nextest ]]; then
     step tests cargo nextest run --workspace --no-fail-fast
@@ -166,7 +181,14 @@ else
 fi
 # weir-testkit stands in for Kafka where tansu is wrong, so an independent client checks it
 # too, strictly (read_committed must hide aborted records there).
-step testkit-probe "$SCRIPT_DIR/interop/probe_testkit.sh" "$WEIR_PYTHON"
+step testkit-probe "$SCRIPT_DIR/interop/probe_testkit.sh" "$WEIR_PYTHON" fidelity
+# Issue 13: librdkafka as a zombie transactional producer against weir-testkit must be
+# fenced with a FATAL error (_FENCED), as Apache Kafka (KIP-588) makes librdkafka see it.
+step testkit-zombie-probe "$SCRIPT_DIR/interop/probe_testkit.sh" "$WEIR_PYTHON" zombie
+# Issue 13: the weir CLI against librdkafka's mock cluster, which answers ApiVersions v3
+# with UNSUPPORTED_VERSION, so Weir must downgrade. Without a CLI binary the probe tries to
+# build it and fails loudly; it is never skipped.
+step mock-cluster-probe "$SCRIPT_DIR/interop/probe_mock_cluster.sh" "$WEIR_CLI_BIN"
 step doctests cargo test --workspace --doc
 
 # ---- summary -----------------------------------------------------------------------------
