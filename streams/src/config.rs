@@ -411,12 +411,6 @@ impl StreamsConfig {
         if self.client.bootstrap_servers.is_empty() {
             return Err(invalid("bootstrap.servers", "required"));
         }
-        if self.standby_replicas > 0 {
-            return Err(invalid(
-                "num.standby.replicas",
-                "standby replicas are not implemented yet (weir-streams high availability); use 0",
-            ));
-        }
         if self.heartbeat_interval >= self.session_timeout {
             return Err(invalid(
                 "heartbeat.interval.ms",

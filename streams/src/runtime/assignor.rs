@@ -262,6 +262,7 @@ pub(crate) struct StreamsAssignor {
     pub threads: u32,
     pub application_server: Option<String>,
     pub layout: Vec<SubLayout>,
+    pub standby_replicas: u32,
     pub max_warmup_replicas: u32,
     pub probing_rebalance_interval: Duration,
     /// Offset sums of the tasks whose state this instance holds, kept by
@@ -272,6 +273,16 @@ pub(crate) struct StreamsAssignor {
 }
 
 impl StreamsAssignor {
+    /// The standby tasks of the last assignment this member received.
+    pub(crate) fn standby_tasks(&self) -> BTreeSet<TaskId> {
+        self.assigned
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .as_ref()
+            .map(|(_, info)| info.standby.clone())
+            .unwrap_or_default()
+    }
+
     fn sub(&self, topic: &str) -> Option<&SubLayout> {
         self.layout
             .iter()
@@ -363,7 +374,7 @@ impl StreamsAssignor {
             // Without warmups (not built yet) a task would stay on a
             // caught-up member for ever: every member counts as caught up.
             acceptable_recovery_lag: u64::MAX,
-            num_standby_replicas: 0,
+            num_standby_replicas: self.standby_replicas,
             max_warmup_replicas: self.max_warmup_replicas.max(1),
             probing_rebalance_interval: self.probing_rebalance_interval,
         };
@@ -378,10 +389,14 @@ impl StreamsAssignor {
         }
         let mut out = BTreeMap::new();
         for member in group.members.keys() {
-            let tasks = assignment
+            let (tasks, standby) = assignment
                 .clients
                 .get(member)
-                .map(|c| c.active.clone())
+                .map(|c| {
+                    // A warmup is kept the way a standby is.
+                    let standby = c.standby.union(&c.warmup).copied().collect();
+                    (c.active.clone(), standby)
+                })
                 .unwrap_or_default();
             let mut partitions = BTreeSet::new();
             for task in &tasks {
@@ -396,11 +411,11 @@ impl StreamsAssignor {
                     }
                 }
             }
-            tracing::info!(member = %member, tasks = %list(&tasks), "streams assignor placed tasks");
+            tracing::info!(member = %member, tasks = %list(&tasks), standby = %list(&standby), "streams assignor placed tasks");
             let info = AssignmentInfo {
                 version: VERSION,
                 active: tasks,
-                standby: BTreeSet::new(),
+                standby,
             };
             out.insert(
                 member.clone(),

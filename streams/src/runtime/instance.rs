@@ -8,6 +8,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 use weir_group::assignor::TopicPartition as GroupPartition;
 use weir_group::member::{AssignmentEvent, GroupMember, ShutdownMode};
 
+use super::standby::Standby;
 use super::worker::{Worker, WorkerCommand, WorkerReport};
 use super::{Runtime, State};
 use crate::config::ProcessingErrorHandling;
@@ -62,9 +63,59 @@ struct Instance {
     placement: BTreeMap<TaskId, usize>,
     state: watch::Sender<State>,
     assigned_once: bool,
+    /// Standby replicas kept here.
+    standbys: BTreeMap<TaskId, Standby>,
 }
 
 impl Instance {
+    /// Keeps the standby replicas of the last assignment, minus the tasks
+    /// that run here: a standby promoted to active is stopped (its store
+    /// closed) before its task opens the store.
+    async fn reconcile_standbys(&mut self, active: &BTreeSet<TaskId>) {
+        let wanted: BTreeSet<TaskId> = self
+            .rt
+            .assignor
+            .standby_tasks()
+            .difference(active)
+            .copied()
+            .collect();
+        let gone: Vec<TaskId> = self
+            .standbys
+            .keys()
+            .filter(|t| !wanted.contains(t))
+            .copied()
+            .collect();
+        for task in gone {
+            if let Some(standby) = self.standbys.remove(&task) {
+                tracing::info!(task = %task, "standby replica released");
+                standby.stop().await;
+            }
+        }
+        for task in wanted {
+            if !self.standbys.contains_key(&task) {
+                tracing::info!(task = %task, "standby replica assigned");
+                self.standbys
+                    .insert(task, Standby::start(Arc::clone(&self.rt), task));
+            }
+        }
+        *self
+            .rt
+            .standbys
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = self.standbys.keys().copied().collect();
+    }
+
+    async fn stop_standbys(&mut self) {
+        for (_, standby) in std::mem::take(&mut self.standbys) {
+            standby.stop().await;
+        }
+        self.rt
+            .standbys
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clear();
+    }
+
     fn publish_tasks(&self) {
         *self.rt.tasks.lock().unwrap_or_else(PoisonError::into_inner) = self.placement.clone();
     }
@@ -188,6 +239,7 @@ pub(crate) async fn run(
         placement: BTreeMap::new(),
         state,
         assigned_once: false,
+        standbys: BTreeMap::new(),
     };
     let mut tick = tokio::time::interval(Duration::from_millis(100));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -196,6 +248,9 @@ pub(crate) async fn run(
             event = member.next_event() => match event {
                 Ok(AssignmentEvent::Assigned(partitions)) => {
                     instance.assigned_once = true;
+                    let mut active: BTreeSet<TaskId> = instance.placement.keys().copied().collect();
+                    active.extend(tasks_of(&rt, &partitions).into_keys());
+                    instance.reconcile_standbys(&active).await;
                     instance.assign(&partitions);
                     instance.refresh_state();
                 }
@@ -242,6 +297,7 @@ pub(crate) async fn run(
         }
     };
     instance.set_state(State::PendingShutdown);
+    instance.stop_standbys().await;
     instance.shutdown_workers().await;
     tracing::debug!(application_id = %rt.app(), "workers stopped; leaving the group");
     // A planned close leaves even as a static member, so the tasks move at

@@ -20,6 +20,7 @@ mod assignor;
 mod commit;
 mod instance;
 mod restore;
+mod standby;
 pub(crate) mod topics;
 mod worker;
 
@@ -63,6 +64,7 @@ pub(crate) struct Counters {
     pub(crate) commits: AtomicU64,
     pub(crate) restored: AtomicU64,
     pub(crate) restoring: AtomicU64,
+    pub(crate) standby_records: AtomicU64,
 }
 
 /// A snapshot of an instance's counters and tasks.
@@ -78,6 +80,10 @@ pub struct Metrics {
     pub restoring_tasks: u64,
     /// Tasks owned now, with the worker each runs on.
     pub tasks: BTreeMap<TaskId, usize>,
+    /// Standby replicas this instance keeps now.
+    pub standby_tasks: std::collections::BTreeSet<TaskId>,
+    /// Changelog records standby replicas applied.
+    pub standby_records: u64,
 }
 
 /// What every worker of an instance shares.
@@ -99,6 +105,10 @@ pub(crate) struct Runtime {
     pub(crate) tasks: Mutex<BTreeMap<TaskId, usize>>,
     /// The subtopologies' topics, partition counts and changelogs.
     pub(crate) layout: Vec<assignor::SubLayout>,
+    /// This member's assignor: the instance reads its standby tasks there.
+    pub(crate) assignor: Arc<assignor::StreamsAssignor>,
+    /// Standby replicas kept now.
+    pub(crate) standbys: Mutex<std::collections::BTreeSet<TaskId>>,
     /// Offset sums of the tasks whose state is in the state directory, for
     /// the streams assignor's lags (updated at every store commit).
     pub(crate) offset_sums: Arc<Mutex<BTreeMap<TaskId, i64>>>,
@@ -285,6 +295,7 @@ impl KafkaStreams {
             threads: u32::try_from(config.threads).unwrap_or(u32::MAX),
             application_server: config.application_server.clone(),
             layout: layout.clone(),
+            standby_replicas: config.standby_replicas,
             max_warmup_replicas: config.max_warmup_replicas,
             probing_rebalance_interval: config.probing_rebalance_interval,
             offset_sums: Arc::clone(&offset_sums),
@@ -294,7 +305,9 @@ impl KafkaStreams {
             config.application_id.clone(),
             topology.all_source_topics(&config.application_id),
         )
-        .with_custom_assignor(streams_assignor)
+        .with_custom_assignor(
+            Arc::clone(&streams_assignor) as Arc<dyn weir_group::assignor::custom::GroupAssignor>
+        )
         .with_session_timeout(config.session_timeout)
         .with_heartbeat_interval(config.heartbeat_interval)
         .with_max_poll_interval(config.max_poll_interval);
@@ -319,6 +332,8 @@ impl KafkaStreams {
             tasks: Mutex::new(BTreeMap::new()),
             layout,
             offset_sums,
+            assignor: streams_assignor,
+            standbys: Mutex::new(std::collections::BTreeSet::new()),
             started: tokio::time::Instant::now(),
             started_wall_ms,
         });
@@ -390,6 +405,13 @@ impl KafkaStreams {
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner)
                 .clone(),
+            standby_tasks: self
+                .runtime
+                .standbys
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .clone(),
+            standby_records: c.standby_records.load(Ordering::Relaxed),
         }
     }
 

@@ -88,9 +88,20 @@ async fn take_fence(rt: &Runtime, task: TaskId) -> Result<TransactionalProducer>
     Ok(fence)
 }
 
-/// Opens task `task`'s stores, takes its fence, and restores each logged
-/// store to its changelog's end.
-pub(crate) async fn prepare(rt: Arc<Runtime>, task: TaskId) -> Result<Prepared> {
+/// Who a catch-up is for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Purpose {
+    /// A task about to process: counted as restoring (the instance is
+    /// REBALANCING meanwhile) and in `restored_records`.
+    Active,
+    /// A standby replica following the changelog: counted in
+    /// `standby_records` only.
+    Standby,
+}
+
+/// Opens task `task`'s directory and registers every store of its
+/// subtopology (a new directory creates them); `None` for a stateless task.
+pub(crate) async fn open_task_store(rt: &Runtime, task: TaskId) -> Result<Option<TaskStore>> {
     let specs: Vec<_> = rt
         .topology
         .subtopology_stores(task.subtopology)
@@ -98,20 +109,9 @@ pub(crate) async fn prepare(rt: Arc<Runtime>, task: TaskId) -> Result<Prepared> 
         .cloned()
         .collect();
     if specs.is_empty() {
-        return Ok(Prepared {
-            store: None,
-            fence: None,
-        });
+        return Ok(None);
     }
-    let store = open_store(&rt, task).await?;
-    let fence = match rt.config.guarantee {
-        ProcessingGuarantee::AtLeastOnce if !rt.config.unfenced_changelog => {
-            Some(take_fence(&rt, task).await?)
-        }
-        ProcessingGuarantee::AtLeastOnce => None,
-        ProcessingGuarantee::ExactlyOnceV2 => None,
-    };
-    // Registers every store (a new directory creates them) before restoring.
+    let store = open_store(rt, task).await?;
     for spec in &specs {
         let s = store.clone();
         let spec2 = spec.clone();
@@ -123,11 +123,47 @@ pub(crate) async fn prepare(rt: Arc<Runtime>, task: TaskId) -> Result<Prepared> 
         })
         .await?;
     }
+    Ok(Some(store))
+}
+
+/// Brings every logged store of `task` in `store` up to its changelog's
+/// current end.
+pub(crate) async fn catch_up(
+    rt: &Runtime,
+    task: TaskId,
+    store: &TaskStore,
+    purpose: Purpose,
+) -> Result<()> {
     let partition = i32::try_from(task.partition).unwrap_or(i32::MAX);
-    for spec in specs.iter().filter(|s| s.logged) {
+    for spec in rt
+        .topology
+        .subtopology_stores(task.subtopology)
+        .into_iter()
+        .filter(|s| s.logged)
+    {
         let topic = spec.changelog_topic(rt.app());
-        restore_store(&rt, task, &store, &spec.name, &topic, partition).await?;
+        restore_store(rt, task, store, &spec.name, &topic, partition, purpose).await?;
     }
+    Ok(())
+}
+
+/// Opens task `task`'s stores, takes its fence, and restores each logged
+/// store to its changelog's end.
+pub(crate) async fn prepare(rt: Arc<Runtime>, task: TaskId) -> Result<Prepared> {
+    let Some(store) = open_task_store(&rt, task).await? else {
+        return Ok(Prepared {
+            store: None,
+            fence: None,
+        });
+    };
+    let fence = match rt.config.guarantee {
+        ProcessingGuarantee::AtLeastOnce if !rt.config.unfenced_changelog => {
+            Some(take_fence(&rt, task).await?)
+        }
+        ProcessingGuarantee::AtLeastOnce => None,
+        ProcessingGuarantee::ExactlyOnceV2 => None,
+    };
+    catch_up(&rt, task, &store, Purpose::Active).await?;
     Ok(Prepared {
         store: Some(store),
         fence,
@@ -141,6 +177,7 @@ async fn restore_store(
     name: &str,
     topic: &str,
     partition: i32,
+    purpose: Purpose,
 ) -> Result<()> {
     let admin = Admin::new(rt.restore_cluster.clone());
     // The end is the high watermark (read_uncommitted, as Kafka's
@@ -175,8 +212,13 @@ async fn restore_store(
     let s = store.clone();
     let (n, cp2) = (name.to_owned(), cp.clone());
     let mut restorer = blocking(task, move || s.restorer(&n, cp2, end)).await?;
-    tracing::info!(task = %task, store = name, from = ?start, end, path = ?restorer.path(), "restoring");
-    rt.counters.restoring.fetch_add(1, Ordering::Relaxed);
+    let active = purpose == Purpose::Active;
+    if active {
+        tracing::info!(task = %task, store = name, from = ?start, end, path = ?restorer.path(), "restoring");
+        rt.counters.restoring.fetch_add(1, Ordering::Relaxed);
+    } else {
+        tracing::debug!(task = %task, store = name, from = ?start, end, "standby catching up");
+    }
     let mut last_report = tokio::time::Instant::now();
     let outcome: Result<()> = async {
         loop {
@@ -212,7 +254,12 @@ async fn restore_store(
             .await
             .map_err(|e| StreamsError::NotRunning(format!("task {task}: restore job: {e}")))?
             .map_err(store_err(task))?;
-            rt.counters.restored.fetch_add(count, Ordering::Relaxed);
+            let counter = if active {
+                &rt.counters.restored
+            } else {
+                &rt.counters.standby_records
+            };
+            counter.fetch_add(count, Ordering::Relaxed);
             if last_report.elapsed() >= Duration::from_secs(5) {
                 let p = restorer.progress();
                 tracing::info!(task = %task, store = name, records = p.records, bytes = p.bytes, offset = ?p.next_offset, end, "restore progress");
@@ -220,10 +267,16 @@ async fn restore_store(
             }
         }
         let progress = blocking(task, move || restorer.finish()).await?;
-        tracing::info!(task = %task, store = name, records = progress.records, bytes = progress.bytes, end, "restored");
+        if active {
+            tracing::info!(task = %task, store = name, records = progress.records, bytes = progress.bytes, end, "restored");
+        } else {
+            tracing::debug!(task = %task, store = name, records = progress.records, end, "standby caught up");
+        }
         Ok(())
     }
     .await;
-    rt.counters.restoring.fetch_sub(1, Ordering::Relaxed);
+    if active {
+        rt.counters.restoring.fetch_sub(1, Ordering::Relaxed);
+    }
     outcome
 }

@@ -1,0 +1,100 @@
+//! Standby replicas: a copy of a stateful task's stores that follows the
+//! task's changelogs, so the task can move here and restore only the tail.
+//!
+//! A standby reads its changelogs read_committed, so a write of an aborted
+//! transaction never reaches it (the second report: a standby that kept an
+//! aborted write). It applies what it reads through the same restorer as a
+//! restore, which commits each batch with the changelog offsets it reached
+//! in one atomic store batch: the standby's store always equals a prefix of
+//! the committed changelog. It never processes and never writes to Kafka.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use super::Runtime;
+use super::restore::{self, Purpose};
+use crate::task::TaskId;
+
+/// How long a caught-up standby waits before it looks for new changelog
+/// records again.
+const FOLLOW_INTERVAL: Duration = Duration::from_millis(500);
+
+/// A running standby replica.
+pub(crate) struct Standby {
+    stop: watch::Sender<bool>,
+    handle: Option<JoinHandle<()>>,
+}
+
+impl Drop for Standby {
+    /// A standby dropped without `stop` (its instance was killed) goes with it.
+    fn drop(&mut self) {
+        if let Some(h) = &self.handle {
+            h.abort();
+        }
+    }
+}
+
+impl Standby {
+    /// Starts following `task`'s changelogs in its directory.
+    pub(crate) fn start(rt: Arc<Runtime>, task: TaskId) -> Standby {
+        let (stop, stopped) = watch::channel(false);
+        let handle = tokio::spawn(follow(rt, task, stopped));
+        Standby {
+            stop,
+            handle: Some(handle),
+        }
+    }
+
+    /// Stops at the next batch boundary and waits until the store is closed
+    /// (its directory's lock released, so an active task can open it).
+    pub(crate) async fn stop(mut self) {
+        let _ = self.stop.send(true);
+        if let Some(handle) = self.handle.take()
+            && tokio::time::timeout(Duration::from_secs(30), handle)
+                .await
+                .is_err()
+        {
+            tracing::warn!("a standby did not stop within 30 s");
+        }
+    }
+}
+
+async fn follow(rt: Arc<Runtime>, task: TaskId, mut stopped: watch::Receiver<bool>) {
+    let store = match restore::open_task_store(&rt, task).await {
+        Ok(Some(store)) => store,
+        Ok(None) => return,
+        Err(e) => {
+            tracing::warn!(task = %task, error = %e, "standby: cannot open the task's stores");
+            return;
+        }
+    };
+    tracing::info!(task = %task, "standby replica following its changelogs");
+    loop {
+        if *stopped.borrow() {
+            break;
+        }
+        let caught_up = tokio::select! {
+            result = restore::catch_up(&rt, task, &store, Purpose::Standby) => result,
+            _ = stopped.changed() => break,
+        };
+        match caught_up {
+            Ok(()) => rt.note_offset_sum(task, &store),
+            Err(e) => {
+                tracing::warn!(task = %task, error = %e, "standby: catching up failed; trying again")
+            }
+        }
+        tokio::select! {
+            () = tokio::time::sleep(FOLLOW_INTERVAL) => {}
+            _ = stopped.changed() => break,
+        }
+    }
+    let closed = tokio::task::spawn_blocking(move || store.close()).await;
+    match closed {
+        Ok(Ok(())) => tracing::info!(task = %task, "standby replica stopped"),
+        Ok(Err(e)) => tracing::warn!(task = %task, error = %e, "standby: closing the store"),
+        Err(e) => tracing::warn!(task = %task, error = %e, "standby: closing the store"),
+    }
+}

@@ -1,0 +1,104 @@
+//! Standby replicas on the runtime, on the in-process cluster under tokio's
+//! paused clock: a standby follows its task's changelog, and when the
+//! active instance crashes the task moves to the standby's instance and
+//! restores only what the standby had not applied yet.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use support::*;
+
+#[tokio::test(start_paused = true)]
+async fn a_crashed_tasks_standby_takes_over_with_its_state() {
+    let kit = testkit(1, 2).await;
+    let (first, mut expected) = lines(150, 17);
+    let dirs: Vec<_> = (0..2).map(|_| tempfile::tempdir().unwrap()).collect();
+    let props = [
+        ("processing.guarantee", "exactly_once_v2"),
+        ("num.standby.replicas", "1"),
+    ];
+    let a = start(
+        count_keys(),
+        streams_config(&kit, "wc", "a", dirs[0].path(), &props),
+    )
+    .await;
+    let b = start(
+        count_keys(),
+        streams_config(&kit, "wc", "b", dirs[1].path(), &props),
+    )
+    .await;
+    let words: u64 = expected.values().sum();
+    eventually(
+        "one task and one standby each",
+        Duration::from_secs(120),
+        || async {
+            let (ma, mb) = (a.metrics(), b.metrics());
+            ma.tasks.len() == 1
+                && mb.tasks.len() == 1
+                && ma.standby_tasks.len() == 1
+                && mb.standby_tasks.len() == 1
+        },
+    )
+    .await;
+    produce_words(&kit, &first).await;
+    eventually(
+        "the first batch counted",
+        Duration::from_secs(120),
+        || async { read_committed(&kit, OUTPUT).await.len() as u64 >= words },
+    )
+    .await;
+    let (ma, mb) = (a.metrics(), b.metrics());
+    assert_eq!(ma.standby_tasks.iter().next(), mb.tasks.keys().next());
+    assert_eq!(mb.standby_tasks.iter().next(), ma.tasks.keys().next());
+    // The standbys catch up with everything committed.
+    eventually(
+        "the standbys applied every change",
+        Duration::from_secs(60),
+        || async { a.metrics().standby_records + b.metrics().standby_records >= words },
+    )
+    .await;
+    assert_eq!(
+        a.metrics().standby_records + b.metrics().standby_records,
+        words
+    );
+
+    // a crashes with more input in flight; its task moves to b, which had
+    // its standby: b restores only the changelog records its standby had
+    // not applied.
+    let (second, more) = lines(50, 19);
+    produce_words(&kit, &second).await;
+    for (w, n) in &more {
+        *expected.entry(w.clone()).or_default() += n;
+    }
+    let restored_before = b.metrics().restored_records;
+    crash(&kit, 1, "a", a).await;
+    let total: u64 = expected.values().sum();
+    eventually(
+        "b runs both tasks and counted everything",
+        Duration::from_secs(300),
+        || async {
+            b.metrics().tasks.len() == 2 && read_committed(&kit, OUTPUT).await.len() as u64 >= total
+        },
+    )
+    .await;
+    let out = read_committed(&kit, OUTPUT).await;
+    assert_eq!(out.len() as u64, total, "exactly once");
+    assert_eq!(last_counts(&out), expected);
+    let restored = b.metrics().restored_records - restored_before;
+    assert!(
+        restored < words / 2,
+        "the standby's state was used: {restored} records restored of about {words}"
+    );
+    // b's standby of a's task was promoted: b keeps no standby now.
+    assert!(b.metrics().standby_tasks.is_empty(), "{:?}", b.metrics());
+    b.close(Duration::from_secs(30)).await.unwrap();
+    let mut stores: BTreeMap<String, u64> = BTreeMap::new();
+    for t in ["0_0", "0_1"] {
+        stores.extend(store_counts(dirs[1].path(), "wc", t));
+    }
+    assert_eq!(stores, expected);
+}
