@@ -134,3 +134,58 @@ async fn exactly_once_through_partitions_coordinator_moves_and_a_crash() {
 async fn at_least_once_never_counts_from_stale_state() {
     run("at_least_once").await;
 }
+
+/// G6: a stream thread that makes no progress (here stuck committing: every
+/// Produce of instance a is held by the broker) makes its instance stop
+/// polling the group, so the member leaves after `max.poll.interval.ms` and
+/// the task moves, although the member's heartbeats still get through.
+#[tokio::test(start_paused = true)]
+async fn a_stuck_stream_thread_lets_its_tasks_move() {
+    use weir_protocol::ApiKey;
+    use weir_testkit::{Intercept, InterceptAction, RequestMatcher};
+
+    let kit = testkit(1, 2).await;
+    let dirs: Vec<_> = (0..2).map(|_| tempfile::tempdir().unwrap()).collect();
+    let props = [
+        ("max.poll.interval.ms", "30000"),
+        ("commit.interval.ms", "1000"),
+    ];
+    let a = start(
+        count_keys(),
+        streams_config(&kit, "wc", "a", dirs[0].path(), &props),
+    )
+    .await;
+    let b = start(
+        count_keys(),
+        streams_config(&kit, "wc", "b", dirs[1].path(), &props),
+    )
+    .await;
+    eventually("a task each", Duration::from_secs(120), || async {
+        a.metrics().tasks.len() == 1 && b.metrics().tasks.len() == 1
+    })
+    .await;
+    let held = kit
+        .intercept(Intercept::new(
+            RequestMatcher::api(ApiKey::Produce).client("a"),
+            InterceptAction::Delay(Duration::from_secs(600)),
+        ))
+        .await
+        .unwrap();
+    let (input, expected) = lines(100, 41);
+    produce_words(&kit, &input).await;
+    let stuck_at = tokio::time::Instant::now();
+    // Well before the producer's delivery timeout (120 s) would unstick a.
+    eventually("b runs both tasks", Duration::from_secs(90), || async {
+        b.metrics().tasks.len() == 2
+    })
+    .await;
+    let moved_after = stuck_at.elapsed();
+    assert!(moved_after >= Duration::from_secs(30), "{moved_after:?}");
+    kit.remove_fault(held).await.unwrap();
+    eventually("every word counted", Duration::from_secs(300), || async {
+        last_counts(&read_committed(&kit, OUTPUT).await) == expected
+    })
+    .await;
+    a.close(Duration::from_secs(60)).await.unwrap();
+    b.close(Duration::from_secs(60)).await.unwrap();
+}

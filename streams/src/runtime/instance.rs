@@ -15,6 +15,15 @@ use crate::config::ProcessingErrorHandling;
 use crate::error::{Result, StreamsError};
 use crate::task::TaskId;
 
+/// How long a worker may go without a round of its loop before the
+/// instance stops polling the group for it. Not polled, the member leaves
+/// after `max.poll.interval.ms` as a Kafka Streams thread's consumer would,
+/// its lease ends (every worker stops writing) and its tasks move to the
+/// other instances; once the worker moves again the instance polls, sees
+/// the loss and rejoins (G6: with one member per instance, waiting for the
+/// member's events must not count as every worker's progress).
+const STALL: Duration = Duration::from_secs(5);
+
 /// Aborts the tasks it holds when dropped: an instance that is dropped or
 /// killed takes its workers with it.
 struct Workers {
@@ -114,6 +123,25 @@ impl Instance {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .clear();
+    }
+
+    /// Workers that own tasks and have not gone round their loop for
+    /// [`STALL`], with how long: one stuck in a processor, or in a commit
+    /// that cannot finish.
+    fn stalled_workers(&self) -> Vec<(usize, Duration)> {
+        let now = self.rt.elapsed_ms();
+        let busy: BTreeSet<usize> = self.placement.values().copied().collect();
+        busy.into_iter()
+            .filter_map(|w| {
+                let last = self
+                    .rt
+                    .progress
+                    .get(w)?
+                    .load(std::sync::atomic::Ordering::Relaxed);
+                let idle = Duration::from_millis(now.saturating_sub(last));
+                (idle >= STALL).then_some((w, idle))
+            })
+            .collect()
     }
 
     fn publish_tasks(&self) {
@@ -243,9 +271,20 @@ pub(crate) async fn run(
     };
     let mut tick = tokio::time::interval(Duration::from_millis(100));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut stalled_before = false;
     let outcome: Result<()> = loop {
+        let stalled = instance.stalled_workers();
+        if stalled.is_empty() == stalled_before {
+            stalled_before = !stalled.is_empty();
+            if stalled_before {
+                tracing::warn!(application_id = %rt.app(), workers = ?stalled, max_poll_interval = ?rt.config.max_poll_interval, "a stream thread makes no progress: not polling the group, so its member leaves after max.poll.interval.ms and the tasks move");
+            } else {
+                tracing::info!(application_id = %rt.app(), "every stream thread makes progress again: polling the group");
+            }
+        }
+        let live = !stalled_before;
         tokio::select! {
-            event = member.next_event() => match event {
+            event = member.next_event(), if live => match event {
                 Ok(AssignmentEvent::Assigned(partitions)) => {
                     instance.assigned_once = true;
                     let mut active: BTreeSet<TaskId> = instance.placement.keys().copied().collect();

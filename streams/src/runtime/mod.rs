@@ -109,6 +109,9 @@ pub(crate) struct Runtime {
     pub(crate) assignor: Arc<assignor::StreamsAssignor>,
     /// Standby replicas kept now.
     pub(crate) standbys: Mutex<std::collections::BTreeSet<TaskId>>,
+    /// When each worker last went round its loop (ms since the start): the
+    /// instance stops polling the group while one is stuck (G6).
+    pub(crate) progress: Vec<AtomicU64>,
     /// Offset sums of the tasks whose state is in the state directory, for
     /// the streams assignor's lags (updated at every store commit).
     pub(crate) offset_sums: Arc<Mutex<BTreeMap<TaskId, i64>>>,
@@ -122,6 +125,18 @@ impl Runtime {
     pub(crate) fn wall_clock_ms(&self) -> i64 {
         let elapsed = i64::try_from(self.started.elapsed().as_millis()).unwrap_or(i64::MAX);
         self.started_wall_ms.saturating_add(elapsed)
+    }
+
+    /// Milliseconds since the instance started, on tokio's clock.
+    pub(crate) fn elapsed_ms(&self) -> u64 {
+        u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX)
+    }
+
+    /// Records that worker `index` went round its loop.
+    pub(crate) fn worker_progressed(&self, index: usize) {
+        if let Some(p) = self.progress.get(index) {
+            p.store(self.elapsed_ms(), Ordering::Relaxed);
+        }
     }
 
     pub(crate) fn app(&self) -> &str {
@@ -320,6 +335,7 @@ impl KafkaStreams {
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
             .unwrap_or(0);
+        let config_threads = config.threads;
         let runtime = Arc::new(Runtime {
             lease: member.lease(),
             config,
@@ -334,6 +350,7 @@ impl KafkaStreams {
             offset_sums,
             assignor: streams_assignor,
             standbys: Mutex::new(std::collections::BTreeSet::new()),
+            progress: (0..config_threads).map(|_| AtomicU64::new(0)).collect(),
             started: tokio::time::Instant::now(),
             started_wall_ms,
         });

@@ -175,6 +175,7 @@ impl Worker {
 
     async fn run_loop(mut self, mut commands: mpsc::UnboundedReceiver<WorkerCommand>) {
         loop {
+            self.rt.worker_progressed(self.index);
             let polling = !self.tasks.is_empty();
             tokio::select! {
                 biased;
