@@ -169,6 +169,54 @@ async fn acks_zero_and_one_and_seeks() {
     leader.close().await;
 }
 
+/// Sends one sessionless Fetch (v4+ layout, read_uncommitted) for `tp` at
+/// `offset` straight to its leader, without the Consumer, and returns the
+/// partition's error code and the bytes of records it returned.
+async fn raw_fetch_past_end(cluster: &Cluster, tp: &TopicPartition, offset: i64) -> (i16, usize) {
+    use weir_client::Lane;
+    use weir_protocol::kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
+    use weir_protocol::kafka_protocol::messages::{FetchRequest, TopicName};
+    use weir_protocol::kafka_protocol::protocol::StrBytes;
+
+    let leader = cluster
+        .partition_leader(&tp.topic, tp.partition)
+        .await
+        .unwrap();
+    let request = FetchRequest::default()
+        .with_replica_id((-1).into())
+        .with_max_wait_ms(100)
+        .with_min_bytes(1)
+        .with_max_bytes(1 << 20)
+        .with_isolation_level(0)
+        .with_session_id(0)
+        .with_session_epoch(-1)
+        .with_topics(vec![
+            FetchTopic::default()
+                .with_topic(TopicName(StrBytes::from_string(tp.topic.clone())))
+                .with_partitions(vec![
+                    FetchPartition::default()
+                        .with_partition(tp.partition)
+                        .with_fetch_offset(offset)
+                        .with_partition_max_bytes(1 << 20),
+                ]),
+        ]);
+    let response = cluster
+        .request(leader, Lane::Fetch, &request)
+        .await
+        .unwrap();
+    assert_eq!(response.error_code, 0, "top-level Fetch error");
+    let partition = response
+        .responses
+        .iter()
+        .flat_map(|t| &t.partitions)
+        .find(|p| p.partition_index == tp.partition)
+        .expect("the partition in the Fetch response");
+    (
+        partition.error_code,
+        partition.records.as_ref().map_or(0, |r| r.len()),
+    )
+}
+
 #[tokio::test]
 async fn out_of_range_positions_follow_auto_offset_reset() {
     let Some(addr) = bootstrap() else { return };
@@ -192,9 +240,32 @@ async fn out_of_range_positions_follow_auto_offset_reset() {
     match strict.poll_for(Duration::from_secs(3)).await {
         Err(ClientError::OffsetOutOfRange { offset: 1000, .. }) => {}
         Ok(records) if records.is_empty() => {
+            // The consumer's word is not enough to skip: ask the broker
+            // directly, bypassing the Consumer. A consumer that swallowed a
+            // real OFFSET_OUT_OF_RANGE fails here on any broker.
+            let (code, bytes) = raw_fetch_past_end(&cluster, &tp, 1000).await;
+            assert_ne!(
+                code, 1,
+                "the broker answers OFFSET_OUT_OF_RANGE (1) but the consumer returned no records"
+            );
+            assert_eq!(
+                (code, bytes),
+                (0, 0),
+                "the broker's answer past the log end is neither an error nor empty"
+            );
+            // The broker really answers with no error and no records. Under
+            // WEIR_EXPECT_BROKER=1 that is only accepted from a broker known
+            // to do it (tansu 0.6); any other broker fails.
+            let kind = std::env::var("WEIR_BROKER_KIND").unwrap_or_default();
+            assert!(
+                std::env::var("WEIR_EXPECT_BROKER").as_deref() != Ok("1") || kind == "tansu",
+                "WEIR_EXPECT_BROKER=1: this broker (WEIR_BROKER_KIND={kind:?}) answers a raw Fetch \
+                 past the log end with error 0 and no records instead of OFFSET_OUT_OF_RANGE"
+            );
             println!(
-                "skipped: this broker answers a Fetch past the log end with no records instead of \
-                 OFFSET_OUT_OF_RANGE (tansu 0.6 does); the reset rules are tested against a fake broker"
+                "skipped: the broker ({kind}) answers a raw Fetch past the log end with error 0 and \
+                 no records instead of OFFSET_OUT_OF_RANGE (tansu 0.6 does; checked without the \
+                 Consumer); the reset rules are tested against a fake broker"
             );
             return;
         }

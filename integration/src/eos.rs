@@ -29,9 +29,16 @@
 //! `tests/eos_checker.rs` does) and every timeout, partition and retry is
 //! exact and costs no real time.
 //!
-//! **Checks** ([`check`]): every input id appears exactly once in the
-//! committed output; the committed offsets are the ends of the input
-//! partitions; no record of a transaction known to be aborted is visible.
+//! **Checks** ([`check`]): the committed output is read twice, once
+//! through Weir's read_committed [`Consumer`] (the filter under test) and
+//! once independently, by decoding the testkit's raw log of each output
+//! partition and applying Kafka's visibility rule to its batches and
+//! markers ([`visible_in_log`]). Both readings must agree, and in each,
+//! every input id appears exactly once and no record of a transaction known
+//! to be aborted is visible. At the end every output partition's last
+//! stable offset must equal its high watermark and the transaction
+//! coordinator must have no unfinished transaction (nothing hangs), and the
+//! committed offsets must be the ends of the input partitions.
 //!
 //! A failure is a [`Violation`] whose message carries the seed and the
 //! schedule, so the run can be replayed with [`Schedule::from_seed`].
@@ -41,6 +48,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
+use bytes::Bytes;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use weir_client::config::consumer::{AutoOffsetReset, ConsumerOptions, IsolationLevel};
@@ -53,6 +61,7 @@ use weir_client::transaction::{
 };
 use weir_client::{ClientError, Cluster};
 use weir_protocol::ApiKey;
+use weir_protocol::records::{ControlKind, DecodeOptions, decode_batches};
 use weir_testkit::{ClientSelector, Intercept, InterceptAction, PartitionTarget, RequestMatcher};
 
 use crate::testkit_dial::client_config;
@@ -312,11 +321,23 @@ fn moment(rng: &mut StdRng) -> Moment {
     }
 }
 
+/// One reading of the committed output: the values of each output
+/// partition, in offset order.
+pub type Reading = BTreeMap<i32, Vec<String>>;
+
 /// What the run saw, for the checks.
 #[derive(Debug, Default, Clone)]
 pub struct Observed {
-    /// Committed output values (read_committed), all partitions.
-    pub output: Vec<String>,
+    /// Committed output as Weir's read_committed [`Consumer`] delivered it.
+    pub output: Reading,
+    /// Committed output computed from the testkit's raw log and markers
+    /// ([`visible_in_log`]), independently of the consumer.
+    pub log_output: Reading,
+    /// Each output partition's (last stable offset, high watermark) at the end.
+    pub stable: BTreeMap<i32, (i64, i64)>,
+    /// Transactional ids the coordinator still has unfinished at the end,
+    /// with their state.
+    pub unfinished: Vec<String>,
     /// The group's committed (stable) offsets per input partition.
     pub offsets: BTreeMap<i32, i64>,
     /// The end offset of each input partition.
@@ -353,33 +374,42 @@ impl fmt::Display for Violation {
 
 impl std::error::Error for Violation {}
 
-/// Checks the three exactly-once properties of a run.
+/// The name of the consumer's reading in violation messages.
+pub const CONSUMER_READING: &str = "read_committed consumer";
+/// The name of the log's reading in violation messages.
+pub const LOG_READING: &str = "log and markers";
+
+/// Checks the exactly-once properties of a run: each reading on its own,
+/// their agreement, that nothing hangs, and the committed offsets.
 ///
 /// # Errors
-/// The first property that does not hold, described.
+/// The first property that does not hold, described (naming the reading).
 pub fn check(inputs: usize, observed: &Observed) -> Result<(), String> {
-    let mut seen: BTreeMap<usize, Vec<&str>> = BTreeMap::new();
-    for value in &observed.output {
-        let (id, tag) = parse_output(value).ok_or_else(|| format!("malformed output {value:?}"))?;
-        if observed.aborted.contains(tag) {
-            return Err(format!("{value} belongs to an aborted transaction"));
-        }
-        seen.entry(id).or_default().push(tag);
+    check_reading(
+        CONSUMER_READING,
+        inputs,
+        &observed.output,
+        &observed.aborted,
+    )?;
+    check_reading(LOG_READING, inputs, &observed.log_output, &observed.aborted)?;
+    if observed.output != observed.log_output {
+        return Err(format!(
+            "the readings disagree: {CONSUMER_READING} {:?}, {LOG_READING} {:?}",
+            observed.output, observed.log_output
+        ));
     }
-    for id in 0..inputs {
-        match seen.get(&id).map(Vec::len) {
-            Some(1) => {}
-            None => return Err(format!("input {id} is missing from the committed output")),
-            Some(n) => {
-                return Err(format!(
-                    "input {id} is in the committed output {n} times: {:?}",
-                    seen.get(&id)
-                ));
-            }
+    for (p, (lso, hw)) in &observed.stable {
+        if lso != hw {
+            return Err(format!(
+                "output partition {p}: last stable offset {lso} is not the high watermark {hw} (a transaction hangs)"
+            ));
         }
     }
-    if let Some(id) = seen.keys().find(|id| **id >= inputs) {
-        return Err(format!("output for unknown input {id}"));
+    if !observed.unfinished.is_empty() {
+        return Err(format!(
+            "the transaction coordinator still has unfinished transactions: {:?}",
+            observed.unfinished
+        ));
     }
     if observed.offsets != observed.input_ends {
         return Err(format!(
@@ -388,6 +418,105 @@ pub fn check(inputs: usize, observed: &Observed) -> Result<(), String> {
         ));
     }
     Ok(())
+}
+
+/// Checks one reading: every input exactly once, nothing of an aborted
+/// transaction, nothing unknown.
+fn check_reading(
+    name: &str,
+    inputs: usize,
+    reading: &Reading,
+    aborted: &BTreeSet<String>,
+) -> Result<(), String> {
+    let mut seen: BTreeMap<usize, Vec<&str>> = BTreeMap::new();
+    for value in reading.values().flatten() {
+        let (id, tag) =
+            parse_output(value).ok_or_else(|| format!("{name}: malformed output {value:?}"))?;
+        if aborted.contains(tag) {
+            return Err(format!("{name}: {value} belongs to an aborted transaction"));
+        }
+        seen.entry(id).or_default().push(tag);
+    }
+    for id in 0..inputs {
+        match seen.get(&id).map(Vec::len) {
+            Some(1) => {}
+            None => {
+                return Err(format!(
+                    "{name}: input {id} is missing from the committed output"
+                ));
+            }
+            Some(n) => {
+                return Err(format!(
+                    "{name}: input {id} is in the committed output {n} times: {:?}",
+                    seen.get(&id)
+                ));
+            }
+        }
+    }
+    if let Some(id) = seen.keys().find(|id| **id >= inputs) {
+        return Err(format!("{name}: output for unknown input {id}"));
+    }
+    Ok(())
+}
+
+/// The committed values of one partition's raw log (whole batches, as
+/// [`weir_testkit::Cluster::raw_log`] returns them), in offset order,
+/// computed with Kafka's rule and nothing of the broker's or the consumer's
+/// read path: a non-transactional batch is visible; a transactional batch
+/// is visible iff a COMMIT marker of its producer id follows it before an
+/// ABORT marker of that producer id. Control batches are never visible;
+/// markers of unknown type are ignored, as Kafka's readers do. Batches with
+/// no marker yet (an open transaction) are not visible.
+///
+/// # Errors
+/// The log does not decode (CRCs are checked), ends inside a batch, or
+/// holds a control batch that is not transactional or has no control key.
+pub fn visible_in_log(log: &Bytes) -> Result<Vec<String>, String> {
+    let decoded = decode_batches(log, &DecodeOptions::default())
+        .map_err(|e| format!("the log does not decode: {e}"))?;
+    if decoded.truncated_tail {
+        return Err("the log ends inside a batch".to_owned());
+    }
+    let mut visible: Vec<(i64, String)> = Vec::new();
+    // Per producer id, its transactional records not yet followed by a marker.
+    let mut pending: BTreeMap<i64, Vec<(i64, String)>> = BTreeMap::new();
+    for batch in &decoded.batches {
+        let h = batch.header;
+        if h.is_control() {
+            if !h.is_transactional() {
+                return Err(format!(
+                    "control batch at {} without the transactional bit",
+                    h.base_offset
+                ));
+            }
+            let kind = batch.control().map(|c| c.kind).ok_or_else(|| {
+                format!("control batch at {} without a control key", h.base_offset)
+            })?;
+            match kind {
+                ControlKind::Commit => {
+                    visible.extend(pending.remove(&h.producer_id).unwrap_or_default());
+                }
+                ControlKind::Abort => {
+                    pending.remove(&h.producer_id);
+                }
+                ControlKind::Unknown(_) => {}
+            }
+            continue;
+        }
+        let records = batch.records.iter().map(|r| {
+            (
+                r.offset,
+                String::from_utf8_lossy(r.value.as_deref().unwrap_or_default()).into_owned(),
+            )
+        });
+        if h.is_transactional() {
+            pending.entry(h.producer_id).or_default().extend(records);
+        } else {
+            visible.extend(records);
+        }
+    }
+    visible.sort_by_key(|(offset, _)| *offset);
+    Ok(visible.into_iter().map(|(_, v)| v).collect())
 }
 
 fn parse_output(value: &str) -> Option<(usize, &str)> {
@@ -483,6 +612,21 @@ async fn run(schedule: &Schedule) -> Result<Observed, String> {
         }
     }
     observed.output = read_committed(&kit, reader).await?;
+    // The independent reading, and whether anything hangs.
+    for p in 0..OUTPUT_PARTITIONS {
+        let log = kit.raw_log(OUTPUT, p).await.map_err(|e| e.to_string())?;
+        let values = visible_in_log(&log).map_err(|e| format!("output partition {p}: {e}"))?;
+        observed.log_output.insert(p, values);
+        let (_, lso, hw) = kit.offsets(OUTPUT, p).await.map_err(|e| e.to_string())?;
+        observed.stable.insert(p, (lso, hw));
+    }
+    observed.unfinished = kit
+        .unfinished_transactions()
+        .await
+        .map_err(|e| e.to_string())?
+        .into_iter()
+        .map(|(id, state)| format!("{id} ({state})"))
+        .collect();
     Ok(observed)
 }
 
@@ -774,9 +918,9 @@ async fn inject(
         .map_err(|e| e.to_string())
 }
 
-/// Every committed output value, read_committed up to the last stable
-/// offset of each output partition.
-async fn read_committed(kit: &Kit, cluster: Cluster) -> Result<Vec<String>, String> {
+/// Every committed output value per output partition, read_committed up to
+/// the last stable offset of each.
+async fn read_committed(kit: &Kit, cluster: Cluster) -> Result<Reading, String> {
     let mut consumer = Consumer::with_cluster(
         cluster,
         ConsumerOptions {
@@ -790,7 +934,7 @@ async fn read_committed(kit: &Kit, cluster: Cluster) -> Result<Vec<String>, Stri
         .map(|p| TopicPartition::new(OUTPUT, p))
         .collect();
     consumer.assign(tps.clone());
-    let mut out = Vec::new();
+    let mut out: Reading = tps.iter().map(|tp| (tp.partition, Vec::new())).collect();
     for tp in &tps {
         consumer
             .seek(tp, SeekTo::Earliest)
@@ -815,7 +959,9 @@ async fn read_committed(kit: &Kit, cluster: Cluster) -> Result<Vec<String>, Stri
             .await
             .map_err(|e| e.to_string())?
         {
-            out.push(String::from_utf8_lossy(r.value.as_deref().unwrap_or_default()).into_owned());
+            out.entry(r.partition)
+                .or_default()
+                .push(String::from_utf8_lossy(r.value.as_deref().unwrap_or_default()).into_owned());
         }
     }
     Err("the output could not be read to its last stable offset".to_owned())
@@ -827,18 +973,24 @@ mod tests {
 
     #[test]
     fn the_checker_catches_duplicates_losses_aborted_records_and_offsets() {
+        let reading = Reading::from([(0, vec!["out-0@a".into(), "out-1@b".into()])]);
         let ok = Observed {
-            output: vec!["out-0@a".into(), "out-1@b".into()],
+            output: reading.clone(),
+            log_output: reading,
             offsets: BTreeMap::from([(0, 1), (1, 1)]),
             input_ends: BTreeMap::from([(0, 1), (1, 1)]),
             ..Observed::default()
         };
         assert_eq!(check(2, &ok), Ok(()));
         let mut dup = ok.clone();
-        dup.output.push("out-1@c".into());
+        for r in [&mut dup.output, &mut dup.log_output] {
+            r.entry(0).or_default().push("out-1@c".into());
+        }
         assert!(check(2, &dup).unwrap_err().contains("2 times"));
         let mut lost = ok.clone();
-        lost.output.pop();
+        for r in [&mut lost.output, &mut lost.log_output] {
+            r.entry(0).or_default().pop();
+        }
         assert!(check(2, &lost).unwrap_err().contains("missing"));
         let mut aborted = ok.clone();
         aborted.aborted.insert("b".into());

@@ -1,4 +1,4 @@
-//! The exactly-once checker over seeded fault schedules: 100 in the normal
+//! The exactly-once checker over seeded fault schedules: 300 in the normal
 //! suite; `WEIR_EOS_SCHEDULES=N` runs N (and `WEIR_EOS_SEED=S` replays one).
 //!
 //! Each schedule runs on its own current-thread runtime with tokio's clock
@@ -11,7 +11,7 @@ use std::sync::Mutex;
 
 use weir_integration::eos::{Observed, Schedule, Violation, run_schedule};
 
-const DEFAULT_SCHEDULES: u64 = 100;
+const DEFAULT_SCHEDULES: u64 = 300;
 const THREADS: usize = 2;
 
 fn run_on_paused_clock(seed: u64) -> Result<Observed, Violation> {

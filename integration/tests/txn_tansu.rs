@@ -2,11 +2,11 @@
 //! scripts/test.sh): the commit path, and offsets committed through
 //! `send_offsets_to_transaction`, read back with `require_stable`.
 //!
-//! The abort-visibility tests run only on weir-testkit: tansu 0.6 returns
-//! the records of aborted transactions to read_committed consumers (its
-//! Fetch response never lists aborted transactions; see shared NOTES), so
-//! they would fail there for the broker's reason, not Weir's. They print
-//! that they were skipped.
+//! The abort-visibility test is `#[ignore]`d: tansu 0.6 returns the
+//! records of aborted transactions to read_committed consumers (its Fetch
+//! response never lists aborted transactions; see shared NOTES), so it
+//! would fail there for the broker's reason, not Weir's. Run it with
+//! `--ignored` against a broker that filters them.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -119,11 +119,76 @@ async fn committed_records_and_offsets_are_visible_on_the_broker() {
     p.close().await;
 }
 
-#[test]
-fn abort_visibility_is_not_checked_against_tansu() {
-    println!(
-        "skipped: txn_tansu abort visibility: tansu 0.6 returns aborted records to read_committed \
-         consumers (its Fetch response never lists aborted transactions; shared NOTES §1). \
-         Abort, fencing, the zombie and the timeout are proven against weir-testkit."
+/// Abort visibility on the real broker: an aborted transaction, then a
+/// committed one; read_committed must show only the committed records.
+///
+/// Ignored: tansu 0.6 (the broker scripts/test.sh runs) returns the
+/// records of aborted transactions to read_committed consumers, since its
+/// Fetch response never lists aborted transactions (shared NOTES §1), so
+/// this would fail for the broker's reason, not Weir's. Abort, fencing,
+/// the zombie and the timeout are proven against weir-testkit, and the
+/// exactly-once checker reads the testkit's raw log independently. Run it
+/// with `--ignored` against a broker that filters aborted records (Apache
+/// Kafka, Redpanda).
+#[tokio::test]
+#[ignore = "tansu 0.6 returns aborted records to read_committed consumers (empty aborted-transactions list in Fetch, shared NOTES §1); run with --ignored against Apache Kafka or Redpanda"]
+async fn aborted_records_are_hidden_from_read_committed_on_the_broker() {
+    let Some(bootstrap) = bootstrap_or_skip("txn_tansu abort visibility") else {
+        return;
+    };
+    let topic = unique("weir-txn-abort");
+    let admin = Admin::connect(config(&bootstrap)).await.unwrap();
+    admin.create_topic(NewTopic::new(&topic, 1)).await.unwrap();
+    let cluster = Cluster::connect(config(&bootstrap)).await.unwrap();
+    let p = TransactionalProducer::with_cluster(
+        cluster.clone(),
+        Default::default(),
+        TransactionConfig::new(unique("weir-txn-abort")),
+    )
+    .unwrap();
+    p.init_transactions().await.unwrap();
+    for (txn, commit) in [("aborted", false), ("committed", true)] {
+        p.begin().unwrap();
+        for i in 0..3 {
+            p.send(
+                ProducerRecord::new(&topic)
+                    .with_partition(0)
+                    .with_value(format!("{txn}-{i}")),
+            )
+            .await
+            .unwrap();
+        }
+        if commit {
+            p.commit().await.unwrap();
+        } else {
+            p.abort().await.unwrap();
+        }
+    }
+    let tp = TopicPartition::new(&topic, 0);
+    let mut consumer = Consumer::with_cluster(
+        cluster.clone(),
+        ConsumerOptions {
+            isolation_level: IsolationLevel::ReadCommitted,
+            auto_offset_reset: AutoOffsetReset::Earliest,
+            fetch_max_wait: Duration::from_millis(100),
+            ..Default::default()
+        },
     );
+    consumer.assign([tp.clone()]);
+    consumer.seek(&tp, SeekTo::Earliest).unwrap();
+    let mut seen = Vec::new();
+    for _ in 0..100 {
+        for r in consumer.poll_for(Duration::from_millis(200)).await.unwrap() {
+            seen.push(String::from_utf8(r.value.unwrap().to_vec()).unwrap());
+        }
+        if seen.len() >= 3 {
+            break;
+        }
+    }
+    // Poll a little more: an aborted record delivered late must show too.
+    for r in consumer.poll_for(Duration::from_millis(500)).await.unwrap() {
+        seen.push(String::from_utf8(r.value.unwrap().to_vec()).unwrap());
+    }
+    assert_eq!(seen, ["committed-0", "committed-1", "committed-2"]);
+    p.close().await;
 }

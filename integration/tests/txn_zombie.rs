@@ -1,11 +1,14 @@
 //! The zombie (KIP-447), through weir-group's membership actor: member A
 //! joins and owns every input partition; the testkit cuts A off from the
 //! group coordinator past the session timeout, and A's actor reports its
-//! partitions Lost; member B joins and gets them. A's
-//! `send_offsets_to_transaction` with its stale group metadata and its
-//! `commit` fail as abortable (the coordinator no longer knows A's member
-//! id); none of A's output is ever visible to read_committed, and B's
-//! output covers every input exactly once.
+//! partitions Lost; member B joins and gets them. A then reads its group
+//! metadata at commit time, after the cut, as a processing loop does: it
+//! gets none it can use (C1: no generation, no metadata), or the
+//! coordinator refuses the TxnOffsetCommit that carries it (the coordinator
+//! no longer knows A's member id); either way A's
+//! `send_offsets_to_transaction` and its `commit` fail as abortable, none
+//! of A's output is ever visible to read_committed, and B's output covers
+//! every input exactly once.
 //!
 //! In memory on tokio's paused clock: the 10 s session timeout is exact
 //! and costs no real time.
@@ -193,8 +196,10 @@ async fn a_member_that_lost_its_partitions_cannot_commit_output_or_offsets() {
         }
         other => panic!("A's first event: {other:?}"),
     }
-    let a_group = txn_metadata(&a);
-    assert!(a_group.generation_id >= 1 && !a_group.member_id.is_empty());
+    // Only to compare with B's below; A's commit reads its metadata again
+    // after the cut (step 5).
+    let a_joined = txn_metadata(&a);
+    assert!(a_joined.generation_id >= 1 && !a_joined.member_id.is_empty());
 
     // A reads and writes everything in a transaction, but has not committed.
     let a_producer = transactional(&kit, "a-producer", "tx-a").await;
@@ -226,6 +231,13 @@ async fn a_member_that_lost_its_partitions_cannot_commit_output_or_offsets() {
     let lost_after = cut_at.elapsed();
     assert!(lost_after < SESSION, "Lost only after {lost_after:?}");
     assert!(a.assignment().is_empty());
+    // C1: from the moment it gave its partitions up, A has no metadata a
+    // commit could carry.
+    assert!(
+        matches!(a.metadata(), Err(GroupError::NoGeneration { .. })),
+        "A's metadata right after Lost: {:?}",
+        a.metadata()
+    );
 
     // 3. B joins and, once A's session expired, gets every partition in a
     //    later generation.
@@ -244,8 +256,8 @@ async fn a_member_that_lost_its_partitions_cannot_commit_output_or_offsets() {
         "B got A's partitions {taken_after:?} after the cut, A lost them after {lost_after:?}"
     );
     let b_group = txn_metadata(&b);
-    assert!(b_group.generation_id > a_group.generation_id);
-    assert_ne!(b_group.member_id, a_group.member_id);
+    assert!(b_group.generation_id > a_joined.generation_id);
+    assert_ne!(b_group.member_id, a_joined.member_id);
 
     // 4. B processes everything from the stable offsets: A committed none.
     let stable = fetch_stable_offsets(&client(&kit, "offsets").await, GROUP, &client_partitions())
@@ -272,23 +284,65 @@ async fn a_member_that_lost_its_partitions_cannot_commit_output_or_offsets() {
     // record: nothing of A's (or, behind it, B's) is readable yet.
     assert!(committed_output(&kit).await.is_empty());
 
-    // 5. The zombie tries to finish: its offsets carry a member id the
-    //    coordinator removed, so they are refused as abortable, and so is
-    //    its commit.
-    let err = a_producer
-        .send_offsets_to_transaction(&ends_of(&a_input), &a_group)
-        .await
-        .unwrap_err();
+    // 5. The zombie tries to finish, reading its group metadata now, after
+    //    the cut, as a processing loop does at commit time. Either it has
+    //    none to hand out (C1: weir-group refuses metadata without a
+    //    generation), and the reset identity built by hand is refused by
+    //    the producer before anything is sent; or it still has its old
+    //    generation, and the coordinator refuses the TxnOffsetCommit
+    //    because it removed A's member id. Both are abortable.
+    let commits_before = txn_offset_commits(&kit).await;
+    let a_offsets = ends_of(&a_input);
+    let err = match a.metadata() {
+        Err(GroupError::NoGeneration { group, .. }) => {
+            eprintln!("zombie after the cut: no metadata (NoGeneration)");
+            assert_eq!(group, GROUP);
+            let reset = GroupMetadata::new(GROUP, a.generation(), "", None);
+            let err = a_producer
+                .send_offsets_to_transaction(&a_offsets, &reset)
+                .await
+                .unwrap_err();
+            assert!(
+                matches!(
+                    &err,
+                    weir_client::ClientError::Transaction { source, .. }
+                        if matches!(**source, weir_client::ClientError::NoGroupGeneration { .. })
+                ),
+                "{err}"
+            );
+            assert_eq!(txn_offset_commits(&kit).await, commits_before);
+            err
+        }
+        Ok(stale) => {
+            eprintln!("zombie after the cut: stale metadata {stale:?}");
+            assert_eq!(stale.generation, a_joined.generation_id);
+            let err = a_producer
+                .send_offsets_to_transaction(&a_offsets, &stale.into())
+                .await
+                .unwrap_err();
+            let code = match &err {
+                weir_client::ClientError::Transaction { source, .. } => {
+                    source.kafka_code().map(|c| c.name)
+                }
+                _ => None,
+            };
+            assert!(
+                matches!(code, Some("UNKNOWN_MEMBER_ID" | "ILLEGAL_GENERATION")),
+                "{err}"
+            );
+            assert!(
+                txn_offset_commits(&kit).await > commits_before,
+                "the coordinator itself refused it"
+            );
+            err
+        }
+        Err(other) => panic!("A's metadata after the cut: {other:?}"),
+    };
     assert_eq!(
         err.transaction_class(),
         Some(TransactionErrorClass::Abortable),
         "{err}"
     );
-    let code = match &err {
-        weir_client::ClientError::Transaction { source, .. } => source.kafka_code().map(|c| c.name),
-        _ => None,
-    };
-    assert_eq!(code, Some("UNKNOWN_MEMBER_ID"), "{err}");
     let refused = a_producer.commit().await.unwrap_err();
     assert_eq!(
         refused.transaction_class(),

@@ -268,6 +268,55 @@ impl Cluster {
         .await?
     }
 
+    /// A partition's raw log: every stored batch (records and transaction
+    /// markers), concatenated in offset order, as the bytes a Fetch would
+    /// return. Read-only; for checkers that decode the log themselves
+    /// instead of trusting the broker's read path.
+    ///
+    /// # Errors
+    /// [`TestkitError::UnknownTopicOrPartition`].
+    pub async fn raw_log(&self, topic: &str, partition: i32) -> Result<bytes::Bytes> {
+        let topic = topic.to_owned();
+        self.with_state(move |s| {
+            let log = &s
+                .partition(&topic, partition)
+                .ok_or_else(|| TestkitError::UnknownTopicOrPartition {
+                    topic: topic.clone(),
+                    partition,
+                })?
+                .log;
+            let mut out = bytes::BytesMut::new();
+            for b in log.batches() {
+                out.extend_from_slice(&b.bytes);
+            }
+            Ok(out.freeze())
+        })
+        .await?
+    }
+
+    /// Every transactional id the transaction coordinator knows whose
+    /// transaction is not finished (Ongoing, PrepareCommit or
+    /// PrepareAbort), with that state's name. Read-only.
+    ///
+    /// # Errors
+    /// [`TestkitError::ClusterStopped`] if the state task is gone.
+    pub async fn unfinished_transactions(&self) -> Result<Vec<(String, &'static str)>> {
+        use crate::coordinator::txn::state::TxnState;
+        self.with_state(|s| {
+            s.txns
+                .transactions()
+                .filter(|t| {
+                    matches!(
+                        t.state,
+                        TxnState::Ongoing | TxnState::PrepareCommit | TxnState::PrepareAbort
+                    )
+                })
+                .map(|t| (t.transactional_id.clone(), t.state.name()))
+                .collect()
+        })
+        .await
+    }
+
     /// Compacts every partition of a `cleanup.policy=compact` topic now,
     /// below each partition's last stable offset. With `remove_tombstones`,
     /// null-value records go too (as once `delete.retention.ms` has passed).
