@@ -530,11 +530,17 @@ impl Worker {
             tasks = self.tasks.len(),
             "dropping uncommitted work of every task"
         );
-        if let Some(Producers::ExactlyOnce(txn)) = &self.producers
-            && txn.abort().await.is_err()
-        {
-            // Fenced or broken: a new producer (and epoch) next time.
-            self.producers = None;
+        if let Some(Producers::ExactlyOnce(txn)) = &self.producers {
+            // The next transaction begins at once, so the restarted tasks'
+            // first sends are inside one; fenced or broken, a new producer
+            // (and epoch) next time.
+            let restarted = match txn.abort().await {
+                Ok(()) => txn.begin().is_ok(),
+                Err(_) => false,
+            };
+            if !restarted {
+                self.producers = None;
+            }
         }
         self.output_acks.clear();
         let ids: Vec<TaskId> = self.tasks.keys().copied().collect();

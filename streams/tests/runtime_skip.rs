@@ -1,0 +1,168 @@
+//! `processing.exception.handler=skip`: a record whose processing fails is
+//! passed over, and none of its effects survive (its store write and its
+//! outputs are aborted with the rest of the uncommitted work, which is then
+//! redone), on the in-process cluster under tokio's paused clock.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use support::*;
+use weir_streams::processor::{Processor, ProcessorContext};
+use weir_streams::state::KvStoreRef;
+use weir_streams::{ProcessError, Record, TopologyBuilder};
+
+/// Counts keys; fails on `poison` after its put, so the put must not stay.
+struct CountOrFail(KvStoreRef<String, u64>);
+
+impl Processor<String, ()> for CountOrFail {
+    type KOut = String;
+    type VOut = String;
+    fn process(
+        &mut self,
+        ctx: &mut ProcessorContext<'_, String, String>,
+        r: Record<String, ()>,
+    ) -> Result<(), ProcessError> {
+        let store = ctx.kv_store(&self.0)?;
+        let n = store.get(&r.key)?.unwrap_or(0) + 1;
+        store.put(&r.key, &n, r.timestamp)?;
+        if r.key == "poison" {
+            return Err(ProcessError::msg("cannot process poison"));
+        }
+        ctx.forward(Record::new(r.key, n.to_string(), r.timestamp));
+        Ok(())
+    }
+}
+
+async fn run(guarantee: &str) {
+    let kit = testkit(1, 2).await;
+    let (mut input, expected) = lines(60, 5);
+    // The poison record sits among the others.
+    input.insert(30, "poison".to_owned());
+    produce_words(&kit, &input).await;
+    let dir = tempfile::tempdir().unwrap();
+    let mut b = TopologyBuilder::new();
+    let counts = b.kv_store::<String, u64>("counts");
+    let words = b.source::<String, ()>("words", &[INPUT]);
+    let c = counts.clone();
+    let counted = b.processor(
+        "count",
+        &[&words],
+        move || CountOrFail(c.clone()),
+        &[&counts],
+    );
+    b.sink("out", &[&counted], OUTPUT);
+    let config = streams_config(
+        &kit,
+        "wc",
+        "a",
+        dir.path(),
+        &[
+            ("processing.guarantee", guarantee),
+            ("processing.exception.handler", "skip"),
+        ],
+    );
+    let a = start(b.build().unwrap(), config).await;
+    eventually(
+        "every other word counted",
+        Duration::from_secs(120),
+        || async { last_counts(&read_committed(&kit, OUTPUT).await) == expected },
+    )
+    .await;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let out = read_committed(&kit, OUTPUT).await;
+    assert_eq!(last_counts(&out), expected);
+    assert!(out.iter().all(|(_, k, _)| k != "poison"));
+    if guarantee == "exactly_once_v2" {
+        assert_eq!(out.len() as u64, expected.values().sum::<u64>());
+    }
+    let tasks = a.metrics().tasks;
+    a.close(Duration::from_secs(30)).await.unwrap();
+    let mut stores = BTreeMap::new();
+    for t in tasks.keys() {
+        stores.extend(store_counts(dir.path(), "wc", &t.to_string()));
+    }
+    assert_eq!(stores, expected, "the poison record's put did not stay");
+}
+
+#[tokio::test(start_paused = true)]
+async fn skip_passes_over_a_failing_record_under_exactly_once() {
+    run("exactly_once_v2").await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn skip_passes_over_a_failing_record_under_at_least_once() {
+    run("at_least_once").await;
+}
+
+/// Counts keys; fails once on `poison` after its put (a transient error).
+struct FailOnce(
+    KvStoreRef<String, u64>,
+    std::sync::Arc<std::sync::atomic::AtomicBool>,
+);
+
+impl Processor<String, ()> for FailOnce {
+    type KOut = String;
+    type VOut = String;
+    fn process(
+        &mut self,
+        ctx: &mut ProcessorContext<'_, String, String>,
+        r: Record<String, ()>,
+    ) -> Result<(), ProcessError> {
+        let store = ctx.kv_store(&self.0)?;
+        let n = store.get(&r.key)?.unwrap_or(0) + 1;
+        store.put(&r.key, &n, r.timestamp)?;
+        if r.key == "poison" && !self.1.swap(true, std::sync::atomic::Ordering::SeqCst) {
+            return Err(ProcessError::msg("a transient failure"));
+        }
+        ctx.forward(Record::new(r.key, n.to_string(), r.timestamp));
+        Ok(())
+    }
+}
+
+/// The default handler, replace-thread, under exactly-once: the failed
+/// transaction is aborted, the tasks restart from their last commit in a new
+/// transaction, and every record, the one that failed too, counts once.
+#[tokio::test(start_paused = true)]
+async fn a_replaced_thread_redoes_the_aborted_work_exactly_once() {
+    let kit = testkit(1, 2).await;
+    let (mut input, mut expected) = lines(60, 7);
+    input.insert(20, "poison".to_owned());
+    expected.insert("poison".to_owned(), 1);
+    produce_words(&kit, &input).await;
+    let dir = tempfile::tempdir().unwrap();
+    let failed = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut b = TopologyBuilder::new();
+    let counts = b.kv_store::<String, u64>("counts");
+    let words = b.source::<String, ()>("words", &[INPUT]);
+    let (c, f) = (counts.clone(), failed.clone());
+    let counted = b.processor(
+        "count",
+        &[&words],
+        move || FailOnce(c.clone(), f.clone()),
+        &[&counts],
+    );
+    b.sink("out", &[&counted], OUTPUT);
+    let config = streams_config(
+        &kit,
+        "wc",
+        "a",
+        dir.path(),
+        &[("processing.guarantee", "exactly_once_v2")],
+    );
+    let a = start(b.build().unwrap(), config).await;
+    let total: u64 = expected.values().sum();
+    eventually("every word counted", Duration::from_secs(120), || async {
+        read_committed(&kit, OUTPUT).await.len() as u64 >= total
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let out = read_committed(&kit, OUTPUT).await;
+    assert!(failed.load(std::sync::atomic::Ordering::SeqCst));
+    assert_eq!(out.len() as u64, total, "each record once");
+    assert_eq!(last_counts(&out), expected);
+    a.close(Duration::from_secs(30)).await.unwrap();
+}
