@@ -7,6 +7,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use tokio::sync::Notify;
 use tokio::time::Instant;
+use weir_client::producer::SendGate;
 
 use crate::assignor::TopicPartition;
 use crate::consumer_protocol::NO_GENERATION;
@@ -83,6 +84,10 @@ pub(crate) struct Identity {
     /// When ownership stops being safe; `None` while the member owns nothing
     /// it may write for.
     pub lease_until: Option<Instant>,
+    /// Counts the leases that ended (the generation was given up or
+    /// forgotten): a [`Lease::gate`] made under one lease stays closed
+    /// under the next, even once that one is valid.
+    pub lease_term: u64,
     pub last_poll: Instant,
 }
 
@@ -112,6 +117,7 @@ impl Shared {
                 generation: NO_GENERATION,
                 owned: BTreeSet::new(),
                 lease_until: None,
+                lease_term: 0,
                 last_poll: Instant::now(),
             }),
             in_poll: AtomicBool::new(false),
@@ -172,6 +178,7 @@ impl Shared {
         }
         id.generation = NO_GENERATION;
         id.lease_until = None;
+        id.lease_term += 1;
         true
     }
 
@@ -181,6 +188,7 @@ impl Shared {
         let mut id = self.lock();
         id.generation = NO_GENERATION;
         id.lease_until = None;
+        id.lease_term += 1;
         std::mem::take(&mut id.owned)
     }
 
@@ -207,6 +215,31 @@ impl Lease {
             .lock()
             .lease_until
             .is_some_and(|until| Instant::now() < until)
+    }
+
+    /// A [`SendGate`] that binds produced records to this lease, not just
+    /// their enqueueing: a producer never sends (nor resends) a batch of
+    /// records carrying it once the lease has ended, so buffering
+    /// (`linger.ms`, the in-flight limit) and retries up to
+    /// `delivery.timeout.ms` cannot carry a record past the moment another
+    /// member may own the partition. Those records fail with
+    /// [`ClientError::SendGateClosed`](weir_client::ClientError::SendGateClosed).
+    ///
+    /// The gate is open while the lease is valid and is the same lease as
+    /// when the gate was made: once the lease ends (the generation is given
+    /// up, the member is fenced or leaves), a later lease of a rejoined
+    /// member does not reopen it. Make a gate per lease (for instance on
+    /// every assignment) and clone it onto records:
+    /// `ProducerRecord::new(t).with_gate(gate.clone())`. A request already
+    /// on the wire is not recalled: the self-fence margin must cover
+    /// `request.timeout.ms`-bounded delivery of the last request.
+    pub fn gate(&self) -> SendGate {
+        let shared = Arc::clone(&self.shared);
+        let term = shared.lock().lease_term;
+        SendGate::new(move || {
+            let id = shared.lock();
+            id.lease_term == term && id.lease_until.is_some_and(|until| Instant::now() < until)
+        })
     }
 
     /// The generation the lease belongs to, if it is valid.
