@@ -199,6 +199,28 @@ pub enum ClientError {
         /// timeout): the records may be in the log although they failed.
         maybe_written: bool,
     },
+    /// The records of one Fetch response decompress to more than the
+    /// consumer allows for a response: 16 times `fetch.max.bytes` (or
+    /// `max.partition.fetch.bytes`, if larger). A hostile or corrupt broker
+    /// sending many small compression "bombs", or data that compresses
+    /// better than that (raise `fetch.max.bytes`).
+    #[error(
+        "broker {broker}: {topic}-{partition}: the fetch response decompresses to more than \
+         {limit} bytes (16 x fetch.max.bytes): {source}"
+    )]
+    FetchDecompressionLimit {
+        /// The broker's address.
+        broker: String,
+        /// The topic whose records went over.
+        topic: String,
+        /// Its partition.
+        partition: i32,
+        /// The budget of the response.
+        limit: usize,
+        /// The decoder's error.
+        #[source]
+        source: ProtocolError,
+    },
     /// A record is larger than the producer may send.
     #[error("{topic}: a record of about {size} bytes exceeds {setting} ({limit})")]
     RecordTooLarge {
