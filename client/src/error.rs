@@ -181,6 +181,46 @@ pub enum ClientError {
         /// Its epoch.
         epoch: i16,
     },
+    /// The [`SendGate`](crate::producer::SendGate) the records were bound
+    /// to closed (a group member's lease ended, say) before their batch
+    /// could be sent, or sent again: the producer dropped the batch.
+    #[error(
+        "{topic}-{partition}: {records} records not sent: their send gate closed{}",
+        if *.maybe_written { " (an earlier attempt may have been written)" } else { "" }
+    )]
+    SendGateClosed {
+        /// The topic.
+        topic: String,
+        /// The partition.
+        partition: i32,
+        /// How many records the batch held.
+        records: usize,
+        /// An earlier send of the batch got no answer (a lost response, a
+        /// timeout): the records may be in the log although they failed.
+        maybe_written: bool,
+    },
+    /// The records of one Fetch response decompress to more than the
+    /// consumer allows for a response: 16 times `fetch.max.bytes` (or
+    /// `max.partition.fetch.bytes`, if larger). A hostile or corrupt broker
+    /// sending many small compression "bombs", or data that compresses
+    /// better than that (raise `fetch.max.bytes`).
+    #[error(
+        "broker {broker}: {topic}-{partition}: the fetch response decompresses to more than \
+         {limit} bytes (16 x fetch.max.bytes): {source}"
+    )]
+    FetchDecompressionLimit {
+        /// The broker's address.
+        broker: String,
+        /// The topic whose records went over.
+        topic: String,
+        /// Its partition.
+        partition: i32,
+        /// The budget of the response.
+        limit: usize,
+        /// The decoder's error.
+        #[source]
+        source: ProtocolError,
+    },
     /// A record is larger than the producer may send.
     #[error("{topic}: a record of about {size} bytes exceeds {setting} ({limit})")]
     RecordTooLarge {

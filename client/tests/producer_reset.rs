@@ -200,3 +200,52 @@ async fn unknown_producer_id_on_a_clean_batch_bumps_the_epoch_and_retries() {
     );
     assert_eq!(inits[1].2, 0, "and its epoch: {inits:?}");
 }
+
+/// Review M4: a batch whose gate closes while it lingers is never sent,
+/// its records fail typed, and the batches of other gates (and later ones)
+/// go on with unbroken sequences.
+#[tokio::test(start_paused = true)]
+async fn a_batch_whose_gate_closed_while_lingering_is_never_sent() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use weir_client::producer::SendGate;
+    let kit = two_brokers().await;
+    let producer = Producer::with_cluster(
+        client(&kit, "gated").await,
+        ProducerOptions {
+            linger: Duration::from_millis(100),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    producer.send(record(0, "a0")).await.unwrap();
+    let open = Arc::new(AtomicBool::new(true));
+    let gate = {
+        let open = Arc::clone(&open);
+        SendGate::new(move || open.load(Ordering::Acquire))
+    };
+    let gated = producer
+        .enqueue(record(0, "gated").with_gate(gate.clone()))
+        .await
+        .unwrap();
+    // Another gate's record of the same partition: a batch of its own.
+    let other = producer
+        .enqueue(record(0, "a1").with_gate(SendGate::until(
+            tokio::time::Instant::now() + Duration::from_secs(60),
+        )))
+        .await
+        .unwrap();
+    open.store(false, Ordering::Release);
+    let err = gated.await.unwrap_err();
+    assert!(
+        matches!(
+            err,
+            ClientError::SendGateClosed { ref topic, partition: 0, records: 1, maybe_written: false }
+                if topic == TOPIC
+        ),
+        "{err}"
+    );
+    assert_eq!(other.await.unwrap().offset, 1);
+    producer.send(record(0, "a2")).await.unwrap();
+    producer.close().await;
+    assert_eq!(log_of(&kit, 0).await, ["a0", "a1", "a2"]);
+}

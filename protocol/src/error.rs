@@ -132,6 +132,22 @@ pub enum ProtocolError {
         /// What is wrong.
         message: String,
     },
+    /// The batches of one response together decompress to more than the
+    /// budget the caller gave (see
+    /// [`DecompressionBudget`](crate::records::DecompressionBudget)): many
+    /// small "bombs" in one response.
+    #[error(
+        "record batch at offset {base_offset}: decompressed output of the response exceeds \
+         its budget of {limit} bytes ({used} bytes used before this batch)"
+    )]
+    DecompressionBudgetExceeded {
+        /// The base offset of the batch that went over.
+        base_offset: i64,
+        /// The budget.
+        limit: usize,
+        /// Bytes the earlier batches took.
+        used: usize,
+    },
     /// Compressing or decompressing failed.
     #[error("{codec} {op} failed: {message}")]
     Compression {

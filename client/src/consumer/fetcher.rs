@@ -4,13 +4,13 @@ use std::collections::{BTreeMap, HashSet};
 use tokio::time::Instant;
 
 use indexmap::IndexMap;
-use weir_protocol::ApiKey;
 use weir_protocol::kafka_protocol::messages::fetch_request::{
     FetchPartition, FetchTopic, ForgottenTopic,
 };
 use weir_protocol::kafka_protocol::messages::{FetchRequest, FetchResponse, TopicName};
 use weir_protocol::kafka_protocol::protocol::StrBytes;
-use weir_protocol::records::{DecodeOptions, decode_batches};
+use weir_protocol::records::{DecodeOptions, DecompressionBudget, decode_batches_within};
+use weir_protocol::{ApiKey, ProtocolError};
 
 use super::fetch_session::{
     FETCH_SESSION_ID_NOT_FOUND, FetchPlan, INVALID_FETCH_SESSION_EPOCH, PartitionFetch,
@@ -219,6 +219,13 @@ impl Consumer {
             verify_crc: self.options.check_crcs,
             ..DecodeOptions::default()
         };
+        // The response is decoded at once (Java decompresses lazily, batch
+        // by batch): without a cap on all of it, many small compression
+        // "bombs", each under the per-batch cap, could exhaust memory.
+        let mut budget = DecompressionBudget::new(decompression_budget(
+            self.options.fetch_max_bytes,
+            self.options.max_partition_fetch_bytes,
+        ));
         for topic in &response.responses {
             for p in &topic.partitions {
                 let tp = TopicPartition::new(topic.topic.0.as_str(), p.partition_index);
@@ -232,15 +239,26 @@ impl Consumer {
                 match p.error_code {
                     codes::NONE => {
                         let Some(records) = &p.records else { continue };
-                        let decoded = decode_batches(records, &decode).map_err(|source| {
-                            ClientError::Protocol {
-                                broker: self
+                        let decoded = decode_batches_within(records, &decode, &mut budget)
+                            .map_err(|source| {
+                                let broker = self
                                     .cluster
                                     .broker_address(broker)
-                                    .unwrap_or_else(|_| broker.to_string()),
-                                source,
-                            }
-                        })?;
+                                    .unwrap_or_else(|_| broker.to_string());
+                                match source {
+                                    ProtocolError::DecompressionBudgetExceeded { limit, .. } => {
+                                        tracing::warn!(%tp, broker, limit, "fetch response decompresses past its budget");
+                                        ClientError::FetchDecompressionLimit {
+                                            broker,
+                                            topic: tp.topic.clone(),
+                                            partition: tp.partition,
+                                            limit,
+                                            source,
+                                        }
+                                    }
+                                    source => ClientError::Protocol { broker, source },
+                                }
+                            })?;
                         let aborted: Vec<AbortedTransaction> = p
                             .aborted_transactions
                             .iter()
@@ -333,4 +351,18 @@ impl Consumer {
         // Records buffered before an error stay for the next poll.
         outcome
     }
+}
+
+/// How many times `fetch.max.bytes` (or `max.partition.fetch.bytes`, if
+/// larger) the records of one Fetch response may decompress to in all.
+pub(crate) const DECOMPRESSED_FETCH_MULTIPLE: usize = 16;
+
+/// The decompressed bytes one Fetch response may hold:
+/// [`DECOMPRESSED_FETCH_MULTIPLE`] times the larger of `fetch.max.bytes`
+/// and `max.partition.fetch.bytes` (the broker may exceed the first for one
+/// batch, KIP-74). With the defaults (50 MiB) that is 800 MiB; raise
+/// `fetch.max.bytes` for data that compresses better than 16 to 1.
+pub(crate) fn decompression_budget(fetch_max_bytes: i32, max_partition_fetch_bytes: i32) -> usize {
+    let bytes = usize::try_from(fetch_max_bytes.max(max_partition_fetch_bytes)).unwrap_or(0);
+    bytes.saturating_mul(DECOMPRESSED_FETCH_MULTIPLE)
 }

@@ -15,7 +15,7 @@ use tokio::sync::{OwnedSemaphorePermit, oneshot};
 use tokio::time::Instant;
 use weir_protocol::records::{BatchHeader, RecordInput};
 
-use super::record::{RecordMetadata, TopicPartition};
+use super::record::{RecordMetadata, SendGate, TopicPartition};
 use super::sequence::SequenceTag;
 use crate::Result;
 
@@ -122,6 +122,9 @@ pub struct ProducerBatch {
     pub closed: bool,
     /// `buffer.memory` held by the records.
     pub memory: Option<OwnedSemaphorePermit>,
+    /// The gate every record of the batch is bound to (records of another
+    /// gate start a batch of their own).
+    pub gate: Option<SendGate>,
 }
 
 impl ProducerBatch {
@@ -140,7 +143,13 @@ impl ProducerBatch {
             retry_at: None,
             closed: false,
             memory: None,
+            gate: None,
         }
+    }
+
+    /// False once the batch's gate is closed: it must not be sent.
+    pub fn may_send(&self) -> bool {
+        self.gate.as_ref().is_none_or(SendGate::is_open)
     }
 
     /// Number of records.
@@ -199,15 +208,30 @@ impl Accumulator {
         }
     }
 
-    /// Whether a record of `size` bytes for `tp` would start a new batch.
-    pub fn would_start_batch(&self, tp: &TopicPartition, size: usize) -> bool {
+    /// Whether a record of `size` bytes for `tp`, bound to `gate`, would
+    /// start a new batch.
+    pub fn would_start_batch(
+        &self,
+        tp: &TopicPartition,
+        size: usize,
+        gate: Option<&SendGate>,
+    ) -> bool {
         match self.queues.get(tp).and_then(VecDeque::back) {
-            Some(b) if !b.closed => !Self::fits(&self.rules, b, size),
+            Some(b) if !b.closed => !Self::fits(&self.rules, b, size, gate),
             _ => true,
         }
     }
 
-    fn fits(rules: &BatchingRules, batch: &ProducerBatch, size: usize) -> bool {
+    fn fits(
+        rules: &BatchingRules,
+        batch: &ProducerBatch,
+        size: usize,
+        gate: Option<&SendGate>,
+    ) -> bool {
+        if batch.gate.as_ref() != gate {
+            // A batch is sent or dropped as a whole: one gate per batch.
+            return false;
+        }
         // An oversized record still gets a batch of its own.
         batch.records.is_empty() || batch.size + size <= rules.batch_size
     }
@@ -218,18 +242,22 @@ impl Accumulator {
         tp: &TopicPartition,
         record: RecordInput,
         delivery: Delivery,
+        gate: Option<SendGate>,
         memory: Option<OwnedSemaphorePermit>,
         now: Instant,
     ) -> Appended {
         let size = record_size_upper_bound(&record);
         let queue = self.queues.entry(tp.clone()).or_default();
         let mut outcome = Appended::Joined;
-        let open = matches!(queue.back(), Some(b) if !b.closed && Self::fits(&self.rules, b, size));
+        let open = matches!(queue.back(), Some(b) if !b.closed && Self::fits(&self.rules, b, size, gate.as_ref()));
         if !open {
             queue.push_back(ProducerBatch::new(tp.clone(), now));
             outcome = Appended::NewBatch;
         }
         if let Some(batch) = queue.back_mut() {
+            if batch.gate.is_none() {
+                batch.gate = gate;
+            }
             batch.size += size;
             batch.records.push(record);
             batch.deliveries.push(delivery);
@@ -381,7 +409,7 @@ mod tests {
     }
 
     fn append(acc: &mut Accumulator, tp: &TopicPartition, len: usize, now: Instant) -> Appended {
-        acc.append(tp, record(len), delivery().0, None, now)
+        acc.append(tp, record(len), delivery().0, None, None, now)
     }
 
     #[test]
@@ -418,9 +446,9 @@ mod tests {
         let now = Instant::now();
         assert_eq!(append(&mut acc, &tp, 100, now), Appended::NewBatch);
         assert_eq!(append(&mut acc, &tp, 100, now), Appended::Joined);
-        assert!(!acc.would_start_batch(&tp, per_record));
+        assert!(!acc.would_start_batch(&tp, per_record, None));
         assert_eq!(append(&mut acc, &tp, 100, now), Appended::Joined);
-        assert!(acc.would_start_batch(&tp, per_record));
+        assert!(acc.would_start_batch(&tp, per_record, None));
         // The full batch is ready at once, without waiting for linger.
         assert_eq!(acc.readiness(now, false).ready, vec![tp.clone()]);
         assert_eq!(append(&mut acc, &tp, 100, now), Appended::NewBatch);
@@ -497,7 +525,7 @@ mod tests {
         append(&mut acc, &tp, 10, now);
         let b = acc.pop(&tp).unwrap();
         acc.requeue(b);
-        assert!(acc.would_start_batch(&tp, 1));
+        assert!(acc.would_start_batch(&tp, 1, None));
         assert_eq!(append(&mut acc, &tp, 10, now), Appended::NewBatch);
     }
 
@@ -524,5 +552,28 @@ mod tests {
         assert!(!acc.is_empty());
         assert_eq!(acc.drain_all().len(), 1);
         assert!(acc.is_empty());
+    }
+
+    #[test]
+    fn records_of_another_gate_start_a_batch_of_their_own() {
+        let mut acc = Accumulator::new(rules(10_000, 0));
+        let tp = TopicPartition::new("t", 0);
+        let now = Instant::now();
+        let gate = SendGate::new(|| false);
+        let other = SendGate::new(|| true);
+        let mut add =
+            |g: Option<&SendGate>| acc.append(&tp, record(1), delivery().0, g.cloned(), None, now);
+        assert_eq!(add(Some(&gate)), Appended::NewBatch);
+        assert_eq!(add(Some(&gate.clone())), Appended::Joined);
+        assert_eq!(add(Some(&other)), Appended::NewBatch);
+        assert_eq!(add(None), Appended::NewBatch);
+        assert_eq!(add(None), Appended::Joined);
+        assert!(acc.would_start_batch(&tp, 1, Some(&gate)));
+        assert!(!acc.would_start_batch(&tp, 1, None));
+        let first = acc.pop(&tp).unwrap();
+        assert_eq!(first.record_count(), 2);
+        assert!(!first.may_send());
+        assert!(acc.pop(&tp).unwrap().may_send());
+        assert!(acc.pop(&tp).unwrap().may_send());
     }
 }

@@ -32,7 +32,7 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use weir_protocol::records::RecordInput;
 
-pub use record::{ProducerRecord, RecordMetadata, TopicPartition};
+pub use record::{ProducerRecord, RecordMetadata, SendGate, TopicPartition};
 
 use self::accumulator::{
     Accumulator, Appended, BatchingRules, Delivery, DeliveryHook, record_size_upper_bound,
@@ -314,6 +314,7 @@ impl Producer {
             return Err(ClientError::Closed);
         }
         let options = &shared.options;
+        let gate = record.gate;
         let input = RecordInput {
             timestamp: record.timestamp.unwrap_or_else(now_millis),
             key: record.key,
@@ -414,7 +415,7 @@ impl Producer {
                         .sticky
                         .partition(&record.topic, partitions, &available);
                     let tp = TopicPartition::new(record.topic.clone(), p);
-                    if state.acc.would_start_batch(&tp, size) {
+                    if state.acc.would_start_batch(&tp, size, gate.as_ref()) {
                         // KIP-480: a new batch is the moment to move on.
                         state
                             .sticky
@@ -429,9 +430,10 @@ impl Producer {
             };
             let tp = TopicPartition::new(record.topic, partition);
             shared.pending.fetch_add(1, Ordering::AcqRel);
-            let appended = state
-                .acc
-                .append(&tp, input, delivery, Some(memory), Instant::now());
+            let appended =
+                state
+                    .acc
+                    .append(&tp, input, delivery, gate, Some(memory), Instant::now());
             appended == Appended::NewBatch
                 || state
                     .acc

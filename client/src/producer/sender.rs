@@ -169,6 +169,10 @@ fn collect(
             );
         }
     }
+    // Batches whose gate closed are never sent, not even once more.
+    for batch in state.acc.remove_where(|b| !b.may_send()) {
+        close_gated(shared, &mut state, batch);
+    }
     if !state.identity.valid {
         return (Vec::new(), None, Vec::new());
     }
@@ -265,27 +269,10 @@ fn encode(
 
 async fn send_request(shared: Arc<Shared>, mut request: Outgoing) {
     let options = &shared.options;
-    let mut topics: Vec<TopicProduceData> = Vec::new();
-    let mut sendable = Vec::new();
+    let mut encoded = Vec::new();
     for mut batch in std::mem::take(&mut request.batches) {
         match encode(&shared, &mut batch, request.identity, request.generation) {
-            Ok(bytes) => {
-                let partition = PartitionProduceData::default()
-                    .with_index(batch.tp.partition)
-                    .with_records(Some(bytes));
-                match topics
-                    .iter_mut()
-                    .find(|t| t.name.0.as_str() == batch.tp.topic)
-                {
-                    Some(t) => t.partition_data.push(partition),
-                    None => topics.push(
-                        TopicProduceData::default()
-                            .with_name(TopicName(StrBytes::from_string(batch.tp.topic.clone())))
-                            .with_partition_data(vec![partition]),
-                    ),
-                }
-                sendable.push(batch);
-            }
+            Ok(bytes) => encoded.push((batch, bytes)),
             Err(message) => {
                 tracing::warn!(tp = %batch.tp, message, "batch could not be encoded");
                 let topic = batch.tp.topic.clone();
@@ -299,6 +286,42 @@ async fn send_request(shared: Arc<Shared>, mut request: Outgoing) {
                 });
             }
         }
+    }
+    // Encoding (and compressing) above ran in parallel with other
+    // requests; writing waits for this request's turn, and the turn ends
+    // only once the frame is queued on the connection (whose writer keeps
+    // queue order), not when a first poll happens to return: waiting for
+    // the pool, the broker's throttle or room in the queue would otherwise
+    // let a later request overtake.
+    request.ticket.wait_turn().await;
+    // The wait may have been long: a gate is checked once more right
+    // before the request is built.
+    let encoded = {
+        let mut state = shared.lock();
+        let (open, closed): (Vec<_>, Vec<_>) = encoded.into_iter().partition(|(b, _)| b.may_send());
+        for (batch, _) in closed {
+            close_gated(&shared, &mut state, batch);
+        }
+        open
+    };
+    let mut topics: Vec<TopicProduceData> = Vec::new();
+    let mut sendable = Vec::new();
+    for (batch, bytes) in encoded {
+        let partition = PartitionProduceData::default()
+            .with_index(batch.tp.partition)
+            .with_records(Some(bytes));
+        match topics
+            .iter_mut()
+            .find(|t| t.name.0.as_str() == batch.tp.topic)
+        {
+            Some(t) => t.partition_data.push(partition),
+            None => topics.push(
+                TopicProduceData::default()
+                    .with_name(TopicName(StrBytes::from_string(batch.tp.topic.clone())))
+                    .with_partition_data(vec![partition]),
+            ),
+        }
+        sendable.push(batch);
     }
     if !sendable.is_empty() {
         let timeout_ms =
@@ -314,13 +337,6 @@ async fn send_request(shared: Arc<Shared>, mut request: Outgoing) {
             )
             .with_topic_data(topics);
         let broker = request.broker;
-        // Encoding (and compressing) above ran in parallel with other
-        // requests; writing waits for this request's turn, and the turn
-        // ends only once the frame is queued on the connection (whose
-        // writer keeps queue order), not when a first poll happens to
-        // return: waiting for the pool, the broker's throttle or room in
-        // the queue would otherwise let a later request overtake.
-        request.ticket.wait_turn().await;
         if options.acks == Acks::None {
             let result = shared
                 .cluster
@@ -343,9 +359,10 @@ async fn send_request(shared: Arc<Shared>, mut request: Outgoing) {
             }
         }
     } else {
-        // Nothing to write: still end the turn in order, so that no later
-        // request is let through while an earlier one is not yet queued.
-        request.ticket.wait_turn().await;
+        // Nothing to write: the turn ends here, in order (dropping the
+        // ticket), so that no later request is let through while an
+        // earlier one is not yet queued.
+        drop(request.ticket);
     }
     shared.requests_in_flight.fetch_sub(1, Ordering::AcqRel);
     shared.wake.notify_one();
@@ -536,6 +553,55 @@ fn retry_or_fail(
             finish(shared, batch, Err(error));
         }
     }
+}
+
+/// Fails, unsent, a batch whose [`SendGate`](super::SendGate) closed.
+///
+/// Sequences: a batch never sent has no sequence of the current producer
+/// id generation (sequences are assigned at the first send), so dropping
+/// it leaves no gap and nothing else changes. A batch that already has one
+/// (a retry, or a first send whose gate closed while it waited for its
+/// turn on the wire) leaves a gap: later batches of its partition are
+/// numbered after it, some maybe in flight, and the broker would refuse
+/// them as out of order, and an earlier attempt of the batch itself may
+/// have been written. As Java's producer does after a batch expires, and as
+/// this sender does on `delivery.timeout.ms`, the producer then takes a new
+/// epoch (every partition's sequences start at 0 again; batches of unknown
+/// outcome fail as `ProducerIdChanged`). Rewinding just this partition's
+/// sequence instead would be wrong as soon as a later batch is in flight,
+/// and failing only the partition's later batches would still leave the
+/// broker expecting the dropped sequence. A transactional producer gets
+/// no new epoch from the sender: its transaction fails (becomes abortable).
+fn close_gated(shared: &Shared, state: &mut super::State, batch: ProducerBatch) {
+    let action = state.book.on_abandoned(&batch.tp, batch.sequence);
+    let gap = action == FailureAction::FailAndResetProducer && batch.sequence.is_some();
+    if gap {
+        state.identity.valid = false;
+    }
+    let (topic, partition, records, maybe_written) = (
+        batch.tp.topic.clone(),
+        batch.tp.partition,
+        batch.record_count(),
+        batch.maybe_written,
+    );
+    tracing::info!(
+        tp = %batch.tp,
+        records,
+        attempts = batch.attempts,
+        maybe_written,
+        reset_producer_id = gap,
+        "send gate closed: batch dropped unsent"
+    );
+    finish(
+        shared,
+        batch,
+        Err(&|| ClientError::SendGateClosed {
+            topic: topic.clone(),
+            partition,
+            records,
+            maybe_written,
+        }),
+    );
 }
 
 /// Completes every record of `batch`: offsets `base + i`, or the error.

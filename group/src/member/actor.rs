@@ -308,6 +308,7 @@ impl Membership {
         };
         let member_id = self.shared.lock().member_id.clone();
         let join_sent = Instant::now();
+        let join_suspended = self.shared.suspended();
         self.shared.joining.store(true, Ordering::Release);
         let joined = requests::join(
             &self.cluster,
@@ -347,7 +348,8 @@ impl Membership {
         // rebalance timeout, and a new rebalance may start right after it:
         // min(session, rebalance) - margin (`lease_span`).
         let span = self.config.lease_span();
-        self.shared.extend_lease(generation, join_sent + span);
+        self.shared
+            .extend_lease(generation, join_sent + span, join_suspended);
         let protocol_name = joined
             .protocol_name
             .as_ref()
@@ -386,6 +388,7 @@ impl Membership {
         };
         tracing::info!(group = %self.config.group_id, generation, member = %member_id, leader = is_leader, "joined");
         let sync_sent = Instant::now();
+        let sync_suspended = self.shared.suspended();
         let synced = requests::sync(
             &self.cluster,
             coordinator,
@@ -418,7 +421,8 @@ impl Membership {
             };
             custom.0.on_assignment(&assignment, generation);
         }
-        self.shared.extend_lease(generation, sync_sent + span);
+        self.shared
+            .extend_lease(generation, sync_sent + span, sync_suspended);
         self.generation = generation;
         self.heartbeat = Some(tokio::spawn(
             Heartbeat {

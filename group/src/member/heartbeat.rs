@@ -85,7 +85,7 @@ impl Heartbeat {
 
     fn lease_deadline(&self) -> Instant {
         // No lease at all (never granted or given up): fence at once.
-        self.shared.lock().lease_until.unwrap_or_else(Instant::now)
+        self.shared.lease_deadline().unwrap_or_else(Instant::now)
     }
 
     async fn beat_until_stopped(&self) -> OutcomeKind {
@@ -155,6 +155,7 @@ impl Heartbeat {
                 }
             };
             let sent_at = Instant::now();
+            let sent_suspended = self.shared.suspended();
             let answer = until_deadline(
                 self.lease_deadline(),
                 requests::heartbeat(
@@ -177,7 +178,8 @@ impl Heartbeat {
                     // earlier than `sent_at`, and a rebalance may start
                     // right after: measured from there, the lease outlives
                     // neither the session nor the rebalance timeout.
-                    self.shared.extend_lease(self.generation, sent_at + span);
+                    self.shared
+                        .extend_lease(self.generation, sent_at + span, sent_suspended);
                     no_rebalance_at = sent_at;
                     next = sent_at + config.heartbeat_interval;
                 }
@@ -188,7 +190,8 @@ impl Heartbeat {
                     // within the rebalance timeout from then.
                     let until = (sent_at + config.session_timeout.saturating_sub(margin))
                         .min(no_rebalance_at + config.max_poll_interval.saturating_sub(margin));
-                    self.shared.extend_lease(self.generation, until);
+                    self.shared
+                        .extend_lease(self.generation, until, sent_suspended);
                     if !rebalance_reported {
                         rebalance_reported = true;
                         self.report(OutcomeKind::Code(codes::REBALANCE_IN_PROGRESS));

@@ -2,11 +2,13 @@
 //! heartbeat task.
 
 use std::collections::BTreeSet;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
 
 use tokio::sync::Notify;
 use tokio::time::Instant;
+use weir_client::producer::SendGate;
 
 use crate::assignor::TopicPartition;
 use crate::consumer_protocol::NO_GENERATION;
@@ -83,7 +85,81 @@ pub(crate) struct Identity {
     /// When ownership stops being safe; `None` while the member owns nothing
     /// it may write for.
     pub lease_until: Option<Instant>,
+    /// Counts the leases that ended (the generation was given up or
+    /// forgotten): a [`Lease::gate`] made under one lease stays closed
+    /// under the next, even once that one is valid.
+    pub lease_term: u64,
+    /// [`SuspendClock::suspended`] when the span of `lease_until` began
+    /// (the request whose answer granted it was sent).
+    pub lease_suspended_base: Duration,
     pub last_poll: Instant,
+}
+
+impl Identity {
+    /// When ownership stops being safe, with time the machine spent
+    /// suspended since the lease's span began taken off.
+    fn effective_lease_until(&self, clock: &SuspendClock) -> Option<Instant> {
+        let until = self.lease_until?;
+        let suspended = clock.suspended().saturating_sub(self.lease_suspended_base);
+        Some(until.checked_sub(suspended).unwrap_or_else(Instant::now))
+    }
+}
+
+/// How long the machine has been suspended since boot (review m14).
+///
+/// Lease deadlines are [`tokio::time::Instant`]s, so that tests run them on
+/// tokio's paused clock. On Linux those read `CLOCK_MONOTONIC`, which
+/// stands still while the machine (or VM) is suspended: after a long pause
+/// a lease would still look valid although the coordinator's session timer
+/// ran on and another member may own the partitions. `CLOCK_BOOTTIME` does
+/// count a suspend, so `CLOCK_BOOTTIME - CLOCK_MONOTONIC` is the time spent
+/// suspended; each lease records it when its span begins and counts any
+/// growth since against the deadline. Only that difference is read from the
+/// OS, never the time itself, so tokio's paused clock keeps working: with
+/// no suspend the difference does not move. Elsewhere (no `CLOCK_BOOTTIME`)
+/// it reads 0, the old behaviour. Read through rustix's safe
+/// `clock_gettime` (the workspace forbids `unsafe`).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct SuspendClock {
+    /// Set in tests: nanoseconds of simulated suspend.
+    fake: Option<Arc<AtomicU64>>,
+}
+
+impl SuspendClock {
+    /// A clock whose suspend time is read from `nanos` (tests).
+    #[cfg(test)]
+    pub(crate) fn fake(nanos: Arc<AtomicU64>) -> Self {
+        Self { fake: Some(nanos) }
+    }
+
+    /// Time spent suspended since boot.
+    pub(crate) fn suspended(&self) -> Duration {
+        match &self.fake {
+            Some(nanos) => Duration::from_nanos(nanos.load(Ordering::Acquire)),
+            None => os_suspended(),
+        }
+    }
+}
+
+#[cfg(any(target_os = "linux", target_os = "android"))]
+fn os_suspended() -> Duration {
+    use rustix::time::{ClockId, clock_gettime};
+    let to_duration = |t: rustix::time::Timespec| {
+        Duration::new(
+            u64::try_from(t.tv_sec).unwrap_or(0),
+            u32::try_from(t.tv_nsec).unwrap_or(0),
+        )
+    };
+    // MONOTONIC first: time passing between the reads makes the difference
+    // larger by that much (nanoseconds), never hides a suspend.
+    let monotonic = to_duration(clock_gettime(ClockId::Monotonic));
+    let boot = to_duration(clock_gettime(ClockId::Boottime));
+    boot.saturating_sub(monotonic)
+}
+
+#[cfg(not(any(target_os = "linux", target_os = "android")))]
+fn os_suspended() -> Duration {
+    Duration::ZERO
 }
 
 #[derive(Debug)]
@@ -100,10 +176,20 @@ pub(crate) struct Shared {
     /// on (cooperative): ILLEGAL_GENERATION on one of them then only means
     /// the join completed first.
     pub joining: AtomicBool,
+    /// Time spent suspended, counted against lease deadlines.
+    pub clock: SuspendClock,
 }
 
 impl Shared {
     pub(crate) fn new(group_id: String, instance_id: Option<String>) -> Arc<Self> {
+        Self::with_clock(group_id, instance_id, SuspendClock::default())
+    }
+
+    pub(crate) fn with_clock(
+        group_id: String,
+        instance_id: Option<String>,
+        clock: SuspendClock,
+    ) -> Arc<Self> {
         Arc::new(Self {
             group_id,
             instance_id,
@@ -112,12 +198,27 @@ impl Shared {
                 generation: NO_GENERATION,
                 owned: BTreeSet::new(),
                 lease_until: None,
+                lease_term: 0,
+                lease_suspended_base: Duration::ZERO,
                 last_poll: Instant::now(),
             }),
             in_poll: AtomicBool::new(false),
             polled: Notify::new(),
             joining: AtomicBool::new(false),
+            clock,
         })
+    }
+
+    /// The suspend reading a lease span starts from: taken when the
+    /// request that will extend the lease is sent.
+    pub(crate) fn suspended(&self) -> Duration {
+        self.clock.suspended()
+    }
+
+    /// The lease deadline, less any suspend since its span began; `None`
+    /// while there is no lease.
+    pub(crate) fn lease_deadline(&self) -> Option<Instant> {
+        self.lock().effective_lease_until(&self.clock)
     }
 
     pub(crate) fn lock(&self) -> MutexGuard<'_, Identity> {
@@ -151,11 +252,22 @@ impl Shared {
 
     /// Extends the lease of `generation` to `until`, unless the generation
     /// changed meanwhile (a late heartbeat answer must not revive a lease
-    /// that was already given up).
-    pub(crate) fn extend_lease(&self, generation: i32, until: Instant) {
+    /// that was already given up). `suspended` is [`Self::suspended`] when
+    /// the span ending at `until` began.
+    pub(crate) fn extend_lease(&self, generation: i32, until: Instant, suspended: Duration) {
         let mut id = self.lock();
         if id.generation == generation && id.generation != NO_GENERATION {
-            id.lease_until = Some(id.lease_until.map_or(until, |u| u.max(until)));
+            let later = id.effective_lease_until(&self.clock).is_none_or(|current| {
+                let span_suspended = self.clock.suspended().saturating_sub(suspended);
+                until
+                    .checked_sub(span_suspended)
+                    .unwrap_or_else(Instant::now)
+                    > current
+            });
+            if later {
+                id.lease_until = Some(until);
+                id.lease_suspended_base = suspended;
+            }
         }
     }
 
@@ -172,6 +284,7 @@ impl Shared {
         }
         id.generation = NO_GENERATION;
         id.lease_until = None;
+        id.lease_term += 1;
         true
     }
 
@@ -181,6 +294,7 @@ impl Shared {
         let mut id = self.lock();
         id.generation = NO_GENERATION;
         id.lease_until = None;
+        id.lease_term += 1;
         std::mem::take(&mut id.owned)
     }
 
@@ -204,15 +318,42 @@ impl Lease {
     /// partitions to another member.
     pub fn is_valid(&self) -> bool {
         self.shared
-            .lock()
-            .lease_until
+            .lease_deadline()
             .is_some_and(|until| Instant::now() < until)
+    }
+
+    /// A [`SendGate`] that binds produced records to this lease, not just
+    /// their enqueueing: a producer never sends (nor resends) a batch of
+    /// records carrying it once the lease has ended, so buffering
+    /// (`linger.ms`, the in-flight limit) and retries up to
+    /// `delivery.timeout.ms` cannot carry a record past the moment another
+    /// member may own the partition. Those records fail with
+    /// [`ClientError::SendGateClosed`](weir_client::ClientError::SendGateClosed).
+    ///
+    /// The gate is open while the lease is valid and is the same lease as
+    /// when the gate was made: once the lease ends (the generation is given
+    /// up, the member is fenced or leaves), a later lease of a rejoined
+    /// member does not reopen it. Make a gate per lease (for instance on
+    /// every assignment) and clone it onto records:
+    /// `ProducerRecord::new(t).with_gate(gate.clone())`. A request already
+    /// on the wire is not recalled: the self-fence margin must cover
+    /// `request.timeout.ms`-bounded delivery of the last request.
+    pub fn gate(&self) -> SendGate {
+        let shared = Arc::clone(&self.shared);
+        let term = shared.lock().lease_term;
+        SendGate::new(move || {
+            let id = shared.lock();
+            id.lease_term == term
+                && id
+                    .effective_lease_until(&shared.clock)
+                    .is_some_and(|until| Instant::now() < until)
+        })
     }
 
     /// The generation the lease belongs to, if it is valid.
     pub fn valid_generation(&self) -> Option<i32> {
         let id = self.shared.lock();
-        id.lease_until
+        id.effective_lease_until(&self.shared.clock)
             .filter(|until| Instant::now() < *until)
             .map(|_| id.generation)
     }
@@ -224,7 +365,9 @@ impl Lease {
     /// check (NOTES.md §3).
     pub fn metadata(&self) -> Option<GroupMetadata> {
         let id = self.shared.lock();
-        let valid = id.lease_until.is_some_and(|until| Instant::now() < until)
+        let valid = id
+            .effective_lease_until(&self.shared.clock)
+            .is_some_and(|until| Instant::now() < until)
             && id.generation != NO_GENERATION;
         valid.then(|| GroupMetadata {
             group_id: self.shared.group_id.clone(),
@@ -246,20 +389,67 @@ mod tests {
         let shared = Shared::new("g".to_owned(), None);
         shared.lock().generation = 4;
         let later = Instant::now() + Duration::from_secs(8);
-        shared.extend_lease(4, later);
+        shared.extend_lease(4, later, Duration::ZERO);
         assert_eq!(shared.lock().lease_until, Some(later));
         // A fatal answer (or close) ends generation 4 ...
         assert!(shared.end_generation(4));
         assert!(!shared.end_generation(4), "only once");
         // ... and an answer to a heartbeat of generation 4 still in flight
         // must not bring the lease back.
-        shared.extend_lease(4, later + Duration::from_secs(1));
+        shared.extend_lease(4, later + Duration::from_secs(1), Duration::ZERO);
         assert_eq!(shared.lock().lease_until, None);
         assert!(shared.metadata().is_err());
         shared.lock().generation = 5;
         let owned = shared.drop_ownership();
         assert!(owned.is_empty());
-        shared.extend_lease(5, later);
+        shared.extend_lease(5, later, Duration::ZERO);
         assert_eq!(shared.lock().lease_until, None);
+    }
+
+    /// Review m14: a suspend (CLOCK_BOOTTIME runs on, CLOCK_MONOTONIC and so
+    /// tokio's clock do not) counts against the lease.
+    #[tokio::test(start_paused = true)]
+    async fn time_spent_suspended_ends_the_lease() {
+        let suspended = Arc::new(AtomicU64::new(5_000_000_000));
+        let shared = Shared::with_clock(
+            "g".to_owned(),
+            None,
+            SuspendClock::fake(Arc::clone(&suspended)),
+        );
+        shared.lock().generation = 4;
+        let lease = Lease {
+            shared: Arc::clone(&shared),
+        };
+        let gate = lease.gate();
+        // A span of 8 s that began with 5 s of suspend behind the machine.
+        let start = Instant::now();
+        shared.extend_lease(4, start + Duration::from_secs(8), shared.suspended());
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        assert!(lease.is_valid() && gate.is_open());
+        // The VM is paused for 6 s: tokio's clock does not see it.
+        suspended.fetch_add(6_000_000_000, Ordering::AcqRel);
+        assert_eq!(start.elapsed(), Duration::from_secs(3));
+        assert!(!lease.is_valid(), "3 s + 6 s suspended > 8 s");
+        assert!(!gate.is_open());
+        assert_eq!(lease.valid_generation(), None);
+        assert!(lease.metadata().is_none());
+        // A heartbeat sent after the resume grants a new span.
+        let sent = Instant::now();
+        shared.extend_lease(4, sent + Duration::from_secs(8), shared.suspended());
+        assert!(lease.is_valid());
+        // A late answer to one sent before the suspend does not shorten it
+        // (and, counting the suspend, would not have reached so far).
+        shared.extend_lease(4, start + Duration::from_secs(10), Duration::from_secs(5));
+        assert_eq!(shared.lease_deadline(), Some(sent + Duration::from_secs(8)));
+    }
+
+    #[test]
+    fn the_os_suspend_reading_does_not_go_backwards() {
+        let clock = SuspendClock::default();
+        let a = clock.suspended();
+        let b = clock.suspended();
+        // Reading order keeps it from shrinking by more than the gap
+        // between the two clock reads.
+        assert!(b + Duration::from_millis(1) >= a, "{a:?} then {b:?}");
     }
 }

@@ -89,6 +89,25 @@ pub(crate) fn decompress(codec: Compression, input: &[u8], limit: usize) -> Resu
     }
 }
 
+/// Whether `e` is the error [`decompress`] gives for output beyond `limit`.
+pub(crate) fn is_limit_error(e: &ProtocolError, codec: Compression, limit: usize) -> bool {
+    match (e, limit_error(codec.name(), limit)) {
+        (
+            ProtocolError::Compression {
+                codec: a,
+                op: x,
+                message: m,
+            },
+            ProtocolError::Compression {
+                codec: b,
+                op: y,
+                message: n,
+            },
+        ) => *a == b && *x == y && *m == n,
+        _ => false,
+    }
+}
+
 /// The error for output beyond `max_decompressed_bytes`.
 pub(crate) fn limit_error(codec: &'static str, limit: usize) -> ProtocolError {
     ProtocolError::Compression {

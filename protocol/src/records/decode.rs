@@ -44,6 +44,50 @@ impl Default for DecodeOptions {
     }
 }
 
+/// A cap on the decompressed bytes of several buffers together: every
+/// partition of one Fetch response, say, which is decoded at once.
+/// [`DecodeOptions::max_decompressed_bytes`] caps one batch; without a
+/// budget, a response of many small batches that each decompress to just
+/// under that cap (compression "bombs") could still exhaust memory.
+///
+/// ```
+/// use weir_protocol::records::DecompressionBudget;
+/// let budget = DecompressionBudget::new(1 << 20);
+/// assert_eq!((budget.limit(), budget.used(), budget.remaining()), (1 << 20, 0, 1 << 20));
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DecompressionBudget {
+    limit: usize,
+    used: usize,
+}
+
+impl DecompressionBudget {
+    /// A budget of `limit` decompressed bytes.
+    pub fn new(limit: usize) -> Self {
+        Self { limit, used: 0 }
+    }
+
+    /// No budget beyond each batch's own cap.
+    pub fn unlimited() -> Self {
+        Self::new(usize::MAX)
+    }
+
+    /// The budget.
+    pub fn limit(&self) -> usize {
+        self.limit
+    }
+
+    /// Decompressed bytes so far.
+    pub fn used(&self) -> usize {
+        self.used
+    }
+
+    /// What is left.
+    pub fn remaining(&self) -> usize {
+        self.limit.saturating_sub(self.used)
+    }
+}
+
 /// The complete batches of a buffer.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DecodedBatches {
@@ -150,6 +194,21 @@ pub fn split_batches(buf: &Bytes) -> Result<Vec<(BatchHeader, Bytes)>> {
 /// [`ProtocolError`]; a partial batch at the end only sets
 /// [`DecodedBatches::truncated_tail`].
 pub fn decode_batches(buf: &Bytes, opts: &DecodeOptions) -> Result<DecodedBatches> {
+    decode_batches_within(buf, opts, &mut DecompressionBudget::unlimited())
+}
+
+/// [`decode_batches`], with the output of compressed batches counted
+/// against `budget`, which may be shared by several calls (the partitions
+/// of one response).
+///
+/// # Errors
+/// As [`decode_batches`]; [`ProtocolError::DecompressionBudgetExceeded`]
+/// once a batch would take the output past the budget.
+pub fn decode_batches_within(
+    buf: &Bytes,
+    opts: &DecodeOptions,
+    budget: &mut DecompressionBudget,
+) -> Result<DecodedBatches> {
     let mut batches = Vec::new();
     let mut pos = 0;
     loop {
@@ -169,7 +228,7 @@ pub fn decode_batches(buf: &Bytes, opts: &DecodeOptions) -> Result<DecodedBatche
             }
             Next::Batch(header, len) => {
                 let batch = buf.slice(pos..pos + len);
-                batches.push(decode_one(header, &batch, opts)?);
+                batches.push(decode_one(header, &batch, opts, budget)?);
                 pos += len;
             }
         }
@@ -200,10 +259,15 @@ pub fn decode_batch(batch: &Bytes, opts: &DecodeOptions) -> Result<RecordBatch> 
             ),
         });
     }
-    decode_one(header, batch, opts)
+    decode_one(header, batch, opts, &mut DecompressionBudget::unlimited())
 }
 
-fn decode_one(header: BatchHeader, batch: &Bytes, opts: &DecodeOptions) -> Result<RecordBatch> {
+fn decode_one(
+    header: BatchHeader,
+    batch: &Bytes,
+    opts: &DecodeOptions,
+    budget: &mut DecompressionBudget,
+) -> Result<RecordBatch> {
     if opts.verify_crc {
         verify_crc(&header, batch)?;
     }
@@ -213,11 +277,25 @@ fn decode_one(header: BatchHeader, batch: &Bytes, opts: &DecodeOptions) -> Resul
         Compression::None => body,
         // A compacted batch may hold no records at all, and no codec frame.
         _ if body.is_empty() && header.record_count == 0 => body,
-        codec => Bytes::from(compression::decompress(
-            codec,
-            &body,
-            opts.max_decompressed_bytes,
-        )?),
+        codec => {
+            let remaining = budget.remaining();
+            let limit = opts.max_decompressed_bytes.min(remaining);
+            let data = compression::decompress(codec, &body, limit).map_err(|e| {
+                if limit < opts.max_decompressed_bytes
+                    && compression::is_limit_error(&e, codec, limit)
+                {
+                    ProtocolError::DecompressionBudgetExceeded {
+                        base_offset: header.base_offset,
+                        limit: budget.limit(),
+                        used: budget.used(),
+                    }
+                } else {
+                    e
+                }
+            })?;
+            budget.used = budget.used.saturating_add(data.len());
+            Bytes::from(data)
+        }
     };
     let records = decode_records(&header, &data)?;
     Ok(RecordBatch { header, records })

@@ -62,7 +62,10 @@ mod snappy;
 mod varint;
 
 pub use control::{ControlKind, ControlRecord, encode_control_batch};
-pub use decode::{DecodeOptions, DecodedBatches, decode_batch, decode_batches, split_batches};
+pub use decode::{
+    DecodeOptions, DecodedBatches, DecompressionBudget, decode_batch, decode_batches,
+    decode_batches_within, split_batches,
+};
 pub use encode::{BatchBuilder, BatchOptions, RecordInput, rewrite_batch};
 pub use header::{
     BatchHeader, Compression, MAGIC_V2, TimestampType, set_base_offset, set_partition_leader_epoch,

@@ -133,8 +133,12 @@ pub(crate) async fn commit_alos(
 ) -> Result<()> {
     producer.flush().await;
     for ack in output_acks.drain(..) {
-        ack.await
-            .map_err(|e| StreamsError::client("writing outputs", e))?;
+        ack.await.map_err(|e| match e {
+            e @ weir_client::ClientError::SendGateClosed { .. } => {
+                migrated("outputs", format!("the membership lease ended: {e}"))
+            }
+            e => StreamsError::client("writing outputs", e),
+        })?;
     }
     let mut unfenced: Vec<(weir_group::assignor::TopicPartition, i64)> = Vec::new();
     let mut unfenced_stores = Vec::new();

@@ -11,7 +11,7 @@ use tokio::time::Instant;
 use tracing::Instrument;
 use weir_client::config::consumer::IsolationLevel;
 use weir_client::consumer::{Consumer, ConsumerRecord, SeekTo, TopicPartition};
-use weir_client::producer::{Producer, ProducerRecord};
+use weir_client::producer::{Producer, ProducerRecord, SendGate};
 use weir_client::transaction::{TransactionConfig, TransactionalProducer, fetch_stable_offsets};
 use weir_group::assignor::TopicPartition as GroupPartition;
 
@@ -61,6 +61,10 @@ pub(crate) struct Worker {
     /// Records whose processing failed under `processing.exception.handler
     /// = skip`: passed over when the restarted tasks fetch them again.
     skip: BTreeSet<(String, i32, i64)>,
+    /// The lease's [`SendGate`] for at-least-once writes through the
+    /// worker's plain producer, kept while it is open so that the records
+    /// of one lease share batches.
+    output_gate: Option<SendGate>,
 }
 
 impl Drop for Worker {
@@ -121,6 +125,7 @@ impl Worker {
             output_acks: Vec::new(),
             last_commit: Instant::now(),
             skip: BTreeSet::new(),
+            output_gate: None,
         })
     }
 
@@ -166,6 +171,22 @@ impl Worker {
     /// delivered `Lost`.
     fn writable(&self) -> bool {
         self.rt.lease.is_valid()
+    }
+
+    /// The gate at-least-once writes carry (review M4): `writable` is
+    /// checked when a record is handed to the producer, the gate right
+    /// before each send of its batch, so linger and retries cannot carry
+    /// a record past the lease. A fresh gate once the last one closed (a
+    /// later lease never reopens an old gate).
+    fn output_gate(&mut self) -> SendGate {
+        match &self.output_gate {
+            Some(g) if g.is_open() => g.clone(),
+            _ => {
+                let g = self.rt.lease.gate();
+                self.output_gate = Some(g.clone());
+                g
+            }
+        }
     }
 
     pub(crate) async fn run(self, commands: mpsc::UnboundedReceiver<WorkerCommand>) {
@@ -440,6 +461,7 @@ impl Worker {
             return Ok(());
         }
         self.producers().await?;
+        let gate = self.output_gate();
         let Some(producers) = self.producers.as_ref() else {
             return Ok(());
         };
@@ -448,7 +470,7 @@ impl Worker {
                 let record = producer_record(out);
                 let ack: Ack = match producers {
                     Producers::AtLeastOnce(p) => Box::pin(
-                        p.enqueue(record)
+                        p.enqueue(record.with_gate(gate.clone()))
                             .await
                             .map_err(|e| StreamsError::client(format!("task {id}: output"), e))?,
                     ),
@@ -474,9 +496,11 @@ impl Worker {
                         Box::pin(fence.enqueue(record).await.map_err(err)?)
                     }
                     // The test-only unfenced mode: nothing stops a zombie here.
-                    (Producers::AtLeastOnce(p), None) => {
-                        Box::pin(p.enqueue(record).await.map_err(err)?)
-                    }
+                    (Producers::AtLeastOnce(p), None) => Box::pin(
+                        p.enqueue(record.with_gate(gate.clone()))
+                            .await
+                            .map_err(err)?,
+                    ),
                 };
                 active.changelog_acks.push(ack);
             }
@@ -509,6 +533,16 @@ impl Worker {
             Ok(()) => {
                 rt.counters.commits.fetch_add(1, Ordering::Relaxed);
                 tracing::debug!(tasks = self.tasks.len(), "committed");
+                Ok(())
+            }
+            // The lease ended during the commit (outputs dropped unsent by
+            // their gate, say): like the check above, not a failure of the
+            // application; the tasks restart from their last commit once
+            // the member owns them again.
+            Err(e @ StreamsError::TaskMigrated { .. }) => {
+                tracing::warn!(error = %e, "commit cut short: dropping uncommitted work");
+                self.suspend_all("the membership lease ended during the commit")
+                    .await;
                 Ok(())
             }
             Err(e) => {

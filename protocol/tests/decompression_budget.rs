@@ -1,0 +1,96 @@
+//! The per-response decompression budget (review m13): the per-batch cap
+//! alone lets a response of many small "bombs" exhaust memory.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use bytes::{Bytes, BytesMut};
+use weir_protocol::ProtocolError;
+use weir_protocol::records::{
+    BatchBuilder, BatchOptions, Compression, DecodeOptions, DecompressionBudget, RecordInput,
+    decode_batches, decode_batches_within,
+};
+
+const BOMB: usize = 128 << 10;
+
+/// `n` gzip batches of one record of `BOMB` zero bytes each: a few hundred
+/// bytes on the wire, 128 KiB each decompressed.
+fn bombs(n: usize, first_offset: i64) -> Bytes {
+    let mut out = BytesMut::new();
+    for i in 0..n {
+        let mut builder = BatchBuilder::new(BatchOptions {
+            compression: Compression::Gzip,
+            base_offset: first_offset + i as i64,
+            ..BatchOptions::default()
+        });
+        builder.push(RecordInput {
+            timestamp: 0,
+            key: None,
+            value: Some(Bytes::from(vec![0u8; BOMB])),
+            headers: vec![],
+        });
+        out.extend_from_slice(&builder.build().unwrap());
+    }
+    out.freeze()
+}
+
+#[test]
+fn many_small_bombs_in_one_response_exceed_the_budget_with_a_typed_error() {
+    let buf = bombs(20, 0);
+    assert!(buf.len() < 20 * 1024, "small on the wire: {}", buf.len());
+    let opts = DecodeOptions::default();
+    // Each bomb is far under the per-batch cap: without a budget all decode.
+    assert_eq!(decode_batches(&buf, &opts).unwrap().batches.len(), 20);
+
+    let mut budget = DecompressionBudget::new(1 << 20);
+    let err = decode_batches_within(&buf, &opts, &mut budget).unwrap_err();
+    match err {
+        ProtocolError::DecompressionBudgetExceeded {
+            base_offset,
+            limit,
+            used,
+        } => {
+            assert_eq!(limit, 1 << 20);
+            // Eight bombs fit in 1 MiB (plus record framing, so seven).
+            assert_eq!(used, 7 * budget_per_bomb());
+            assert_eq!(base_offset, 7);
+        }
+        other => panic!("expected the budget error, got {other}"),
+    }
+}
+
+/// The decompressed size of one bomb: the record with its framing.
+fn budget_per_bomb() -> usize {
+    let mut budget = DecompressionBudget::unlimited();
+    decode_batches_within(&bombs(1, 0), &DecodeOptions::default(), &mut budget).unwrap();
+    budget.used()
+}
+
+#[test]
+fn the_budget_is_shared_by_every_partition_of_a_response() {
+    let opts = DecodeOptions::default();
+    let per = budget_per_bomb();
+    let mut budget = DecompressionBudget::new(5 * per);
+    // Two "partitions" of two bombs fit; the third one goes over.
+    for p in 0..2 {
+        let decoded = decode_batches_within(&bombs(2, 0), &opts, &mut budget).unwrap();
+        assert_eq!(decoded.batches.len(), 2, "partition {p}");
+    }
+    assert_eq!(budget.used(), 4 * per);
+    let err = decode_batches_within(&bombs(2, 0), &opts, &mut budget).unwrap_err();
+    assert!(
+        matches!(err, ProtocolError::DecompressionBudgetExceeded { base_offset: 1, used, .. } if used == 5 * per),
+        "{err}"
+    );
+    // Uncompressed batches take nothing from it: they are slices of the
+    // response itself.
+    let mut plain = BatchBuilder::new(BatchOptions::default());
+    plain.push(RecordInput {
+        timestamp: 0,
+        key: None,
+        value: Some(Bytes::from(vec![0u8; BOMB])),
+        headers: vec![],
+    });
+    let mut empty = DecompressionBudget::new(0);
+    decode_batches_within(&plain.build().unwrap(), &opts, &mut empty).unwrap();
+    assert_eq!(empty.used(), 0);
+}
