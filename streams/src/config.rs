@@ -83,13 +83,14 @@ pub struct StreamsConfig {
     pub standby_replicas: u32,
     /// `acceptable.recovery.lag` (default 10,000): how far behind its
     /// changelog an instance's copy of a task may be and still count as
-    /// caught up for it. Checked, but not used until warmup replicas run:
-    /// until then the assignor counts every instance as caught up.
+    /// caught up for it: a stateful task moves only to an instance caught up
+    /// on it, and gets a warmup replica there first otherwise.
     pub acceptable_recovery_lag: u64,
-    /// `max.warmup.replicas` (default 2; not used until warmups run).
+    /// `max.warmup.replicas` (default 2): warmups placed at once.
     pub max_warmup_replicas: u32,
-    /// `probing.rebalance.interval.ms` (default 10 minutes; not used until
-    /// warmups run).
+    /// `probing.rebalance.interval.ms` (default 10 minutes): the follow-up
+    /// rebalance's fallback when no warmup catches up sooner (one that
+    /// catches up triggers it at once).
     pub probing_rebalance_interval: Duration,
     /// `application.server` (`host:port`): where this instance serves
     /// queries, sent to the group in its subscription.

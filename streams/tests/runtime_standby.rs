@@ -102,3 +102,58 @@ async fn a_crashed_tasks_standby_takes_over_with_its_state() {
     }
     assert_eq!(stores, expected);
 }
+
+/// A new instance with no state does not take a stateful task at once: it
+/// gets a warmup, which follows the changelog; the moment it has caught up
+/// its instance asks for the follow-up rebalance, and only then does the
+/// task move, restoring next to nothing.
+#[tokio::test(start_paused = true)]
+async fn a_warmup_takes_its_task_as_soon_as_it_has_caught_up() {
+    let kit = testkit(1, 2).await;
+    let (input, mut expected) = lines(300, 23);
+    produce_words(&kit, &input).await;
+    let words: u64 = expected.values().sum();
+    let dirs: Vec<_> = (0..2).map(|_| tempfile::tempdir().unwrap()).collect();
+    let props = [("acceptable.recovery.lag", "10")];
+    let a = start(
+        count_keys(),
+        streams_config(&kit, "wc", "a", dirs[0].path(), &props),
+    )
+    .await;
+    eventually("a counted everything", Duration::from_secs(120), || async {
+        read_committed(&kit, OUTPUT).await.len() as u64 >= words
+    })
+    .await;
+    // a commits (30 s interval) so its changelog has all the state.
+    tokio::time::sleep(Duration::from_secs(35)).await;
+    let b = start(
+        count_keys(),
+        streams_config(&kit, "wc", "b", dirs[1].path(), &props),
+    )
+    .await;
+    eventually("b runs a task", Duration::from_secs(120), || async {
+        b.metrics().tasks.len() == 1 && b.metrics().restoring_tasks == 0
+    })
+    .await;
+    let mb = b.metrics();
+    assert_eq!(a.metrics().tasks.len(), 1, "{:?}", a.metrics());
+    assert!(
+        mb.standby_records > words / 4,
+        "the warmup copied the task's state: {mb:?}"
+    );
+    assert!(
+        mb.restored_records <= 10,
+        "the moved task restored only the tail: {mb:?}"
+    );
+    let (more, counts) = lines(50, 29);
+    produce_words(&kit, &more).await;
+    for (w, n) in counts {
+        *expected.entry(w).or_default() += n;
+    }
+    eventually("every word counted", Duration::from_secs(120), || async {
+        last_counts(&read_committed(&kit, OUTPUT).await) == expected
+    })
+    .await;
+    a.close(Duration::from_secs(30)).await.unwrap();
+    b.close(Duration::from_secs(30)).await.unwrap();
+}

@@ -94,8 +94,9 @@ impl Membership {
                             c = commands.recv() => match c {
                                 Some(Command::Close { mode, done }) => break Flow::Close(mode, done),
                                 // A commit's error from the generation being
-                                // replaced: stale, the join goes on.
-                                Some(Command::GroupError { .. }) => {}
+                                // replaced: stale, the join goes on; a
+                                // rejoin asked for is this one.
+                                Some(Command::GroupError { .. } | Command::Rejoin) => {}
                                 None => break Flow::Close(ShutdownMode::Default, oneshot::channel().0),
                             },
                         }
@@ -498,6 +499,10 @@ impl Membership {
                             return self.on_code(code).await;
                         }
                     }
+                    Some(Command::Rejoin) => {
+                        tracing::info!(group = %self.config.group_id, generation, "rebalance requested by the application");
+                        return Flow::Rejoin(Duration::ZERO);
+                    }
                     None => return Flow::Close(ShutdownMode::Default, oneshot::channel().0),
                 },
             }
@@ -536,12 +541,20 @@ impl Membership {
                 self.shared.polled.notified().await;
             }
         };
-        tokio::select! {
-            _ = next_poll => Flow::Rejoin(Duration::ZERO),
-            c = commands.recv() => match c {
-                Some(Command::Close { mode, done }) => Flow::Close(mode, done),
-                _ => Flow::Rejoin(Duration::ZERO),
-            },
+        tokio::pin!(next_poll);
+        // Only a poll (the application read the Lost event, or will) or a
+        // close ends the wait: a rejoin asked for or a commit's error must
+        // not bring back a member whose application has not seen it lost
+        // its partitions.
+        loop {
+            tokio::select! {
+                _ = &mut next_poll => return Flow::Rejoin(Duration::ZERO),
+                c = commands.recv() => match c {
+                    Some(Command::Close { mode, done }) => return Flow::Close(mode, done),
+                    Some(Command::Rejoin | Command::GroupError { .. }) => {}
+                    None => return Flow::Close(ShutdownMode::Default, oneshot::channel().0),
+                },
+            }
         }
     }
 

@@ -96,6 +96,8 @@ pub(crate) enum Command {
     },
     /// A commit got a group error for `generation`.
     GroupError { generation: i32, code: i16 },
+    /// The application asks for a rebalance (Java's `enforceRebalance`).
+    Rejoin,
 }
 
 /// A member of a consumer group.
@@ -164,6 +166,20 @@ impl GroupMember {
                 group: self.shared.group_id.clone(),
             })
         })
+    }
+
+    /// Asks for a rebalance now, keeping what the member owns (Java's
+    /// `enforceRebalance`): the member rejoins with fresh subscription user
+    /// data, which is how an assignor's follow-up (a warmup that caught up)
+    /// gets its new lags to the leader. A no-op while a rebalance runs.
+    ///
+    /// ```no_run
+    /// # fn demo(member: &weir_group::member::GroupMember) {
+    /// member.request_rejoin();
+    /// # }
+    /// ```
+    pub fn request_rejoin(&self) {
+        let _ = self.commands.send(Command::Rejoin);
     }
 
     /// Records that the application polled (for `max.poll.interval.ms`);

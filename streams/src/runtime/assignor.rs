@@ -13,10 +13,13 @@
 //! that runs it. Under cooperative rebalancing a partition another member
 //! still owns is withheld for one round: its owner revokes it and rejoins.
 //!
-//! Until warmup replicas run (the high-availability work), every member
-//! counts as caught up on every task: tasks balance at once and a moved
-//! task restores on its new owner before it processes. Stickiness still
-//! keeps a task where it ran.
+//! A stateful task moves only to a member caught up on it (within
+//! `acceptable.recovery.lag`); otherwise it stays where it is and the member
+//! it should go to gets a warmup replica, which follows the changelog like
+//! a standby. The moment a warmup catches up, its instance rejoins with its
+//! new offset sums, and that follow-up rebalance moves the task (Kafka
+//! Streams waits for the probing rebalance; here the probing interval is
+//! only the fallback).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -92,6 +95,12 @@ pub(crate) struct AssignmentInfo {
     pub version: u16,
     pub active: BTreeSet<TaskId>,
     pub standby: BTreeSet<TaskId>,
+    /// Warmups: kept like standbys; when one catches up its instance asks
+    /// for the follow-up rebalance that moves the task to it.
+    pub warmup: BTreeSet<TaskId>,
+    /// When the follow-up rebalance is due in any case (the probing
+    /// interval, in ms), if warmups were placed.
+    pub probing_ms: Option<u64>,
 }
 
 /// Why bytes do not decode.
@@ -217,6 +226,11 @@ impl AssignmentInfo {
         out.put_u16(VERSION);
         put_tasks(&mut out, &self.active);
         put_tasks(&mut out, &self.standby);
+        put_tasks(&mut out, &self.warmup);
+        out.put_i64(
+            self.probing_ms
+                .map_or(-1, |ms| i64::try_from(ms).unwrap_or(i64::MAX)),
+        );
         out.freeze()
     }
 
@@ -228,10 +242,17 @@ impl AssignmentInfo {
         let version = buf.get_u16();
         let active = get_tasks(buf, "active tasks")?;
         let standby = get_tasks(buf, "standby tasks")?;
+        let warmup = get_tasks(buf, "warmup tasks")?;
+        if buf.remaining() < 8 {
+            return Err(short("probing interval"));
+        }
+        let probing_ms = u64::try_from(buf.get_i64()).ok();
         Ok(AssignmentInfo {
             version,
             active,
             standby,
+            warmup,
+            probing_ms,
         })
     }
 }
@@ -263,6 +284,7 @@ pub(crate) struct StreamsAssignor {
     pub application_server: Option<String>,
     pub layout: Vec<SubLayout>,
     pub standby_replicas: u32,
+    pub acceptable_recovery_lag: u64,
     pub max_warmup_replicas: u32,
     pub probing_rebalance_interval: Duration,
     /// Offset sums of the tasks whose state this instance holds, kept by
@@ -273,14 +295,13 @@ pub(crate) struct StreamsAssignor {
 }
 
 impl StreamsAssignor {
-    /// The standby tasks of the last assignment this member received.
-    pub(crate) fn standby_tasks(&self) -> BTreeSet<TaskId> {
+    /// The last assignment this member received.
+    pub(crate) fn assignment(&self) -> Option<AssignmentInfo> {
         self.assigned
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .as_ref()
-            .map(|(_, info)| info.standby.clone())
-            .unwrap_or_default()
+            .map(|(_, info)| info.clone())
     }
 
     fn sub(&self, topic: &str) -> Option<&SubLayout> {
@@ -358,11 +379,16 @@ impl StreamsAssignor {
         for (member, m) in &group.members {
             let info = match m.user_data.as_deref().map(SubscriptionInfo::decode) {
                 Some(Ok(info)) => info,
+                // Such a member gets nothing (and its claims still hold its
+                // partitions back from the others below).
                 Some(Err(e)) => {
-                    tracing::warn!(member = %member, error = %e, "a member's streams subscription does not decode: capacity 1, no state");
-                    SubscriptionInfo::default()
+                    tracing::warn!(member = %member, error = %e, "a member's streams subscription does not decode: it is assigned nothing");
+                    continue;
                 }
-                None => SubscriptionInfo::default(),
+                None => {
+                    tracing::warn!(member = %member, "a member sent no streams subscription: it is assigned nothing");
+                    continue;
+                }
             };
             let owned: BTreeSet<TopicPartition> = m.subscription.owned.iter().cloned().collect();
             let mut client = ClientState::new(info.threads.max(1));
@@ -371,9 +397,7 @@ impl StreamsAssignor {
             input.clients.insert(member.clone(), client);
         }
         let config = TaskAssignorConfig {
-            // Without warmups (not built yet) a task would stay on a
-            // caught-up member for ever: every member counts as caught up.
-            acceptable_recovery_lag: u64::MAX,
+            acceptable_recovery_lag: self.acceptable_recovery_lag,
             num_standby_replicas: self.standby_replicas,
             max_warmup_replicas: self.max_warmup_replicas.max(1),
             probing_rebalance_interval: self.probing_rebalance_interval,
@@ -389,14 +413,10 @@ impl StreamsAssignor {
         }
         let mut out = BTreeMap::new();
         for member in group.members.keys() {
-            let (tasks, standby) = assignment
+            let (tasks, standby, warmup) = assignment
                 .clients
                 .get(member)
-                .map(|c| {
-                    // A warmup is kept the way a standby is.
-                    let standby = c.standby.union(&c.warmup).copied().collect();
-                    (c.active.clone(), standby)
-                })
+                .map(|c| (c.active.clone(), c.standby.clone(), c.warmup.clone()))
                 .unwrap_or_default();
             let mut partitions = BTreeSet::new();
             for task in &tasks {
@@ -404,18 +424,31 @@ impl StreamsAssignor {
                     continue;
                 };
                 let p = i32::try_from(task.partition).unwrap_or(i32::MAX);
-                for topic in &sub.topics {
-                    let tp = TopicPartition::new(topic.clone(), p);
-                    if owner_of.get(&tp).is_none_or(|o| o == member) {
-                        partitions.insert(tp);
-                    }
+                let task_partitions: Vec<TopicPartition> = sub
+                    .topics
+                    .iter()
+                    .map(|topic| TopicPartition::new(topic.clone(), p))
+                    .collect();
+                // A task moves whole: while another member still owns any
+                // of its partitions, none of them is given this round.
+                if task_partitions
+                    .iter()
+                    .all(|tp| owner_of.get(tp).is_none_or(|o| o == member))
+                {
+                    partitions.extend(task_partitions);
                 }
             }
-            tracing::info!(member = %member, tasks = %list(&tasks), standby = %list(&standby), "streams assignor placed tasks");
+            tracing::info!(member = %member, tasks = %list(&tasks), standby = %list(&standby), warmup = %list(&warmup), "streams assignor placed tasks");
+            let probing_ms = assignment
+                .followup
+                .as_ref()
+                .map(|f| u64::try_from(f.probing_interval.as_millis()).unwrap_or(u64::MAX));
             let info = AssignmentInfo {
                 version: VERSION,
                 active: tasks,
                 standby,
+                warmup,
+                probing_ms,
             };
             out.insert(
                 member.clone(),
@@ -527,6 +560,8 @@ mod tests {
             version: VERSION,
             active: [TaskId::new(0, 1), TaskId::new(1, 1)].into_iter().collect(),
             standby: [TaskId::new(1, 0)].into_iter().collect(),
+            warmup: [TaskId::new(1, 2)].into_iter().collect(),
+            probing_ms: Some(600_000),
         };
         assert_eq!(AssignmentInfo::decode(&info.encode()).unwrap(), info);
     }

@@ -24,6 +24,9 @@ use crate::task::TaskId;
 /// member's events must not count as every worker's progress).
 const STALL: Duration = Duration::from_secs(5);
 
+/// The least time between two follow-up rebalances asked for by warmups.
+const FOLLOWUP_SPACING: Duration = Duration::from_secs(5);
+
 /// Aborts the tasks it holds when dropped: an instance that is dropped or
 /// killed takes its workers with it.
 struct Workers {
@@ -72,8 +75,19 @@ struct Instance {
     placement: BTreeMap<TaskId, usize>,
     state: watch::Sender<State>,
     assigned_once: bool,
-    /// Standby replicas kept here.
+    /// Standby replicas (and warmups) kept here.
     standbys: BTreeMap<TaskId, Standby>,
+    /// Where standbys report that they reached their changelogs' end, with
+    /// the lag left.
+    caught_up: mpsc::UnboundedSender<(TaskId, u64)>,
+    /// When a warmup last triggered a follow-up rebalance.
+    last_followup: Option<tokio::time::Instant>,
+    /// The warmups of the current assignment not yet caught up.
+    warming: BTreeSet<TaskId>,
+    /// When the follow-up rebalance is due in any case (warmups placed).
+    probing_at: Option<tokio::time::Instant>,
+    /// A follow-up rebalance to ask for once the instance polls.
+    rejoin_pending: bool,
 }
 
 impl Instance {
@@ -81,11 +95,17 @@ impl Instance {
     /// that run here: a standby promoted to active is stopped (its store
     /// closed) before its task opens the store.
     async fn reconcile_standbys(&mut self, active: &BTreeSet<TaskId>) {
-        let wanted: BTreeSet<TaskId> = self
-            .rt
-            .assignor
-            .standby_tasks()
-            .difference(active)
+        let assignment = self.rt.assignor.assignment().unwrap_or_default();
+        self.warming = assignment.warmup.difference(active).copied().collect();
+        self.probing_at = match (self.warming.is_empty(), assignment.probing_ms) {
+            (false, Some(ms)) => Some(tokio::time::Instant::now() + Duration::from_millis(ms)),
+            _ => None,
+        };
+        // A warmup is kept the way a standby is.
+        let wanted: BTreeSet<TaskId> = assignment
+            .standby
+            .union(&assignment.warmup)
+            .filter(|t| !active.contains(t))
             .copied()
             .collect();
         let gone: Vec<TaskId> = self
@@ -103,8 +123,8 @@ impl Instance {
         for task in wanted {
             if !self.standbys.contains_key(&task) {
                 tracing::info!(task = %task, "standby replica assigned");
-                self.standbys
-                    .insert(task, Standby::start(Arc::clone(&self.rt), task));
+                let standby = Standby::start(Arc::clone(&self.rt), task, self.caught_up.clone());
+                self.standbys.insert(task, standby);
             }
         }
         *self
@@ -261,6 +281,7 @@ pub(crate) async fn run(
         senders.push(tx);
         handles.push(tokio::spawn(worker.run(rx)));
     }
+    let (caught_up, mut caught_up_rx) = mpsc::unbounded_channel();
     let mut instance = Instance {
         rt: Arc::clone(&rt),
         workers: Workers { senders, handles },
@@ -268,6 +289,11 @@ pub(crate) async fn run(
         state,
         assigned_once: false,
         standbys: BTreeMap::new(),
+        caught_up,
+        warming: BTreeSet::new(),
+        probing_at: None,
+        rejoin_pending: false,
+        last_followup: None,
     };
     let mut tick = tokio::time::interval(Duration::from_millis(100));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -283,6 +309,11 @@ pub(crate) async fn run(
             }
         }
         let live = !stalled_before;
+        // Never while not polling: the member must not rejoin before the
+        // instance has read what it lost.
+        if live && std::mem::take(&mut instance.rejoin_pending) {
+            member.request_rejoin();
+        }
         tokio::select! {
             event = member.next_event(), if live => match event {
                 Ok(AssignmentEvent::Assigned(partitions)) => {
@@ -291,6 +322,7 @@ pub(crate) async fn run(
                     active.extend(tasks_of(&rt, &partitions).into_keys());
                     instance.reconcile_standbys(&active).await;
                     instance.assign(&partitions);
+                    rt.confirmed_generation.store(member.generation(), std::sync::atomic::Ordering::Release);
                     instance.refresh_state();
                 }
                 Ok(AssignmentEvent::Revoked(revocation)) => {
@@ -331,7 +363,34 @@ pub(crate) async fn run(
                 }
                 None => {}
             },
-            _ = tick.tick() => instance.refresh_state(),
+            Some((task, lag)) = caught_up_rx.recv() => {
+                // The moment a warmup catches up (its lag counted as the
+                // leader counts it), the follow-up rebalance: the rejoin
+                // carries its new offset sums to the leader. At most one per
+                // FOLLOWUP_SPACING, so a leader that still sees a lag (the
+                // changelog moved on meanwhile) cannot make a storm of them.
+                let spaced = instance
+                    .last_followup
+                    .is_none_or(|at| at.elapsed() >= FOLLOWUP_SPACING);
+                if lag <= rt.config.acceptable_recovery_lag
+                    && spaced
+                    && instance.warming.remove(&task)
+                {
+                    instance.last_followup = Some(tokio::time::Instant::now());
+                    tracing::info!(application_id = %rt.app(), task = %task, "warmup caught up: asking for the follow-up rebalance");
+                    instance.warming.clear();
+                    instance.probing_at = None;
+                    instance.rejoin_pending = true;
+                }
+            }
+            _ = tick.tick() => {
+                instance.refresh_state();
+                if instance.probing_at.is_some_and(|at| tokio::time::Instant::now() >= at) {
+                    tracing::info!(application_id = %rt.app(), "probing rebalance: warmups did not catch up within probing.rebalance.interval.ms");
+                    instance.probing_at = None;
+                    instance.rejoin_pending = true;
+                }
+            }
             _ = &mut shutdown => break Ok(()),
         }
     };

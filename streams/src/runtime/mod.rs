@@ -112,6 +112,10 @@ pub(crate) struct Runtime {
     /// When each worker last went round its loop (ms since the start): the
     /// instance stops polling the group while one is stuck (G6).
     pub(crate) progress: Vec<AtomicU64>,
+    /// The generation whose assignment the instance has handled last: a
+    /// worker revives suspended tasks only under it, never under a
+    /// generation the member joined before the instance saw what it lost.
+    pub(crate) confirmed_generation: std::sync::atomic::AtomicI32,
     /// Offset sums of the tasks whose state is in the state directory, for
     /// the streams assignor's lags (updated at every store commit).
     pub(crate) offset_sums: Arc<Mutex<BTreeMap<TaskId, i64>>>,
@@ -311,6 +315,7 @@ impl KafkaStreams {
             application_server: config.application_server.clone(),
             layout: layout.clone(),
             standby_replicas: config.standby_replicas,
+            acceptable_recovery_lag: config.acceptable_recovery_lag,
             max_warmup_replicas: config.max_warmup_replicas,
             probing_rebalance_interval: config.probing_rebalance_interval,
             offset_sums: Arc::clone(&offset_sums),
@@ -351,6 +356,7 @@ impl KafkaStreams {
             assignor: streams_assignor,
             standbys: Mutex::new(std::collections::BTreeSet::new()),
             progress: (0..config_threads).map(|_| AtomicU64::new(0)).collect(),
+            confirmed_generation: std::sync::atomic::AtomicI32::new(-1),
             started: tokio::time::Instant::now(),
             started_wall_ms,
         });

@@ -127,14 +127,17 @@ pub(crate) async fn open_task_store(rt: &Runtime, task: TaskId) -> Result<Option
 }
 
 /// Brings every logged store of `task` in `store` up to its changelog's
-/// current end.
+/// current end. Returns the lag left, as the streams assignor counts it:
+/// the changelogs' end offsets minus the store's committed offsets (the
+/// transaction markers after the last record count).
 pub(crate) async fn catch_up(
     rt: &Runtime,
     task: TaskId,
     store: &TaskStore,
     purpose: Purpose,
-) -> Result<()> {
+) -> Result<u64> {
     let partition = i32::try_from(task.partition).unwrap_or(i32::MAX);
+    let mut lag = 0u64;
     for spec in rt
         .topology
         .subtopology_stores(task.subtopology)
@@ -142,9 +145,14 @@ pub(crate) async fn catch_up(
         .filter(|s| s.logged)
     {
         let topic = spec.changelog_topic(rt.app());
-        restore_store(rt, task, store, &spec.name, &topic, partition, purpose).await?;
+        let end = restore_store(rt, task, store, &spec.name, &topic, partition, purpose).await?;
+        let committed = match store.committed_offset(&ChangelogPartition::new(&topic, partition)) {
+            CommittedOffset::Known(o) => o,
+            CommittedOffset::Unknown => 0,
+        };
+        lag = lag.saturating_add(u64::try_from(end.saturating_sub(committed)).unwrap_or(0));
     }
-    Ok(())
+    Ok(lag)
 }
 
 /// Opens task `task`'s stores, takes its fence, and restores each logged
@@ -163,7 +171,7 @@ pub(crate) async fn prepare(rt: Arc<Runtime>, task: TaskId) -> Result<Prepared> 
         ProcessingGuarantee::AtLeastOnce => None,
         ProcessingGuarantee::ExactlyOnceV2 => None,
     };
-    catch_up(&rt, task, &store, Purpose::Active).await?;
+    let _lag = catch_up(&rt, task, &store, Purpose::Active).await?;
     Ok(Prepared {
         store: Some(store),
         fence,
@@ -178,7 +186,7 @@ async fn restore_store(
     topic: &str,
     partition: i32,
     purpose: Purpose,
-) -> Result<()> {
+) -> Result<i64> {
     let admin = Admin::new(rt.restore_cluster.clone());
     // The end is the high watermark (read_uncommitted, as Kafka's
     // KAFKA-10167): markers sit below it, so "done" is position >= end.
@@ -195,7 +203,7 @@ async fn restore_store(
         && o >= end
     {
         tracing::debug!(task = %task, store = name, offset = o, end, "store is up to date");
-        return Ok(());
+        return Ok(end);
     }
     let mut options = rt.config.consumer.clone();
     options.isolation_level = IsolationLevel::ReadCommitted;
@@ -220,7 +228,7 @@ async fn restore_store(
         tracing::debug!(task = %task, store = name, from = ?start, end, "standby catching up");
     }
     let mut last_report = tokio::time::Instant::now();
-    let outcome: Result<()> = async {
+    let outcome: Result<i64> = async {
         loop {
             let position = consumer
                 .position(&tp)
@@ -272,7 +280,7 @@ async fn restore_store(
         } else {
             tracing::debug!(task = %task, store = name, records = progress.records, end, "standby caught up");
         }
-        Ok(())
+        Ok(end)
     }
     .await;
     if active {

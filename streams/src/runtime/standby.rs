@@ -11,7 +11,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::watch;
+use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 
 use super::Runtime;
@@ -39,9 +39,15 @@ impl Drop for Standby {
 
 impl Standby {
     /// Starts following `task`'s changelogs in its directory.
-    pub(crate) fn start(rt: Arc<Runtime>, task: TaskId) -> Standby {
+    /// Starts following `task`'s changelogs in its directory; `caught_up`
+    /// hears the lag left each time it has reached the changelogs' end.
+    pub(crate) fn start(
+        rt: Arc<Runtime>,
+        task: TaskId,
+        caught_up: mpsc::UnboundedSender<(TaskId, u64)>,
+    ) -> Standby {
         let (stop, stopped) = watch::channel(false);
-        let handle = tokio::spawn(follow(rt, task, stopped));
+        let handle = tokio::spawn(follow(rt, task, stopped, caught_up));
         Standby {
             stop,
             handle: Some(handle),
@@ -52,23 +58,44 @@ impl Standby {
     /// (its directory's lock released, so an active task can open it).
     pub(crate) async fn stop(mut self) {
         let _ = self.stop.send(true);
-        if let Some(handle) = self.handle.take()
-            && tokio::time::timeout(Duration::from_secs(30), handle)
+        if let Some(mut handle) = self.handle.take()
+            && tokio::time::timeout(Duration::from_secs(30), &mut handle)
                 .await
                 .is_err()
         {
-            tracing::warn!("a standby did not stop within 30 s");
+            // Aborted, its store handle (and the directory's lock) goes
+            // with it.
+            tracing::warn!("a standby did not stop within 30 s: aborted");
+            handle.abort();
+            let _ = handle.await;
         }
     }
 }
 
-async fn follow(rt: Arc<Runtime>, task: TaskId, mut stopped: watch::Receiver<bool>) {
-    let store = match restore::open_task_store(&rt, task).await {
-        Ok(Some(store)) => store,
-        Ok(None) => return,
-        Err(e) => {
-            tracing::warn!(task = %task, error = %e, "standby: cannot open the task's stores");
-            return;
+async fn follow(
+    rt: Arc<Runtime>,
+    task: TaskId,
+    mut stopped: watch::Receiver<bool>,
+    caught_up: mpsc::UnboundedSender<(TaskId, u64)>,
+) {
+    // The open waits for the directory's lock (a task closing here, a
+    // restore being cancelled); a failure is retried, so a warmup that could
+    // not open at first still catches up. A stop ends the wait.
+    let store = loop {
+        let opened = tokio::select! {
+            opened = restore::open_task_store(&rt, task) => opened,
+            _ = stopped.changed() => return,
+        };
+        match opened {
+            Ok(Some(store)) => break store,
+            Ok(None) => return,
+            Err(e) => {
+                tracing::warn!(task = %task, error = %e, "standby: cannot open the task's stores; trying again");
+                tokio::select! {
+                    () = tokio::time::sleep(Duration::from_secs(5)) => {}
+                    _ = stopped.changed() => return,
+                }
+            }
         }
     };
     tracing::info!(task = %task, "standby replica following its changelogs");
@@ -76,12 +103,15 @@ async fn follow(rt: Arc<Runtime>, task: TaskId, mut stopped: watch::Receiver<boo
         if *stopped.borrow() {
             break;
         }
-        let caught_up = tokio::select! {
+        let followed = tokio::select! {
             result = restore::catch_up(&rt, task, &store, Purpose::Standby) => result,
             _ = stopped.changed() => break,
         };
-        match caught_up {
-            Ok(()) => rt.note_offset_sum(task, &store),
+        match followed {
+            Ok(lag) => {
+                rt.note_offset_sum(task, &store);
+                let _ = caught_up.send((task, lag));
+            }
             Err(e) => {
                 tracing::warn!(task = %task, error = %e, "standby: catching up failed; trying again")
             }

@@ -173,6 +173,15 @@ impl Worker {
         self.rt.lease.is_valid()
     }
 
+    /// Whether the lease's generation is one whose assignment the instance
+    /// has handled: a member that left and rejoined while the instance was
+    /// not polling may hold a new lease before the instance has closed the
+    /// tasks it lost, and those must not start again.
+    fn confirmed(&self) -> bool {
+        self.rt.lease.valid_generation()
+            == Some(self.rt.confirmed_generation.load(Ordering::Acquire))
+    }
+
     /// The gate at-least-once writes carry (review M4): `writable` is
     /// checked when a record is handed to the producer, the gate right
     /// before each send of its batch, so linger and retries cannot carry
@@ -245,7 +254,7 @@ impl Worker {
 
     /// Timers: wall-clock punctuation, the commit interval, revival.
     async fn tick(&mut self) -> Result<()> {
-        if !self.revive.is_empty() && self.writable() {
+        if !self.revive.is_empty() && self.writable() && self.confirmed() {
             let tasks: Vec<TaskId> = std::mem::take(&mut self.revive).into_iter().collect();
             for id in tasks {
                 if let Some(parts) = self.owned.get(&id).cloned() {

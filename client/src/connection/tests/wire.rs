@@ -327,3 +327,38 @@ async fn a_byte_after_a_decoded_response_is_ignored_as_java_and_librdkafka_do() 
     assert!(m.is_usable());
     let _server = server.await.unwrap();
 }
+
+#[tokio::test]
+async fn other_bytes_after_a_decoded_response_still_poison() {
+    let (m, mut server) = pair(12, options());
+    let server = tokio::spawn(async move {
+        let req = server.next_request().await.unwrap();
+        let mut encoded = BytesMut::new();
+        weir_protocol::api::encode_response(
+            &mut encoded,
+            ApiKey::Metadata,
+            req.version,
+            req.header.correlation_id,
+            &metadata_with_cluster_id("mock"),
+        )
+        .unwrap();
+        let body = encoded.split_off(4);
+        let mut frame = BytesMut::new();
+        frame.put_i32(i32::try_from(body.len() + 2).unwrap());
+        frame.extend_from_slice(&body);
+        frame.put_u16(0x0102);
+        server.write_raw(&frame).await;
+        server
+    });
+    let err = m.request(&MetadataRequest::default()).await.unwrap_err();
+    assert_poisoned_by(&err, |c| {
+        matches!(
+            c,
+            ClientError::Protocol {
+                source: ProtocolError::TrailingBytes { left: 2, .. },
+                ..
+            }
+        )
+    });
+    let _server = server.await.unwrap();
+}
