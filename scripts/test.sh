@@ -12,7 +12,8 @@
 # 4. cargo fmt --check, clippy -D warnings, nextest (unit + integration), the same probe
 #    against weir-testkit plus the zombie-fencing probe (scripts/interop/probe_testkit.sh),
 #    the weir CLI against librdkafka's mock cluster (scripts/interop/probe_mock_cluster.sh:
-#    ApiVersions downgrade), doc tests.
+#    ApiVersions downgrade), the weir-streams examples as processes (scripts/examples_e2e.sh),
+#    doc tests.
 #
 # Every cargo step runs even if an earlier one failed, so one run shows all problems; the
 # exit status is non-zero if any step failed. Tests see:
@@ -189,6 +190,9 @@ step testkit-zombie-probe "$SCRIPT_DIR/interop/probe_testkit.sh" "$WEIR_PYTHON" 
 # with UNSUPPORTED_VERSION, so Weir must downgrade. Without a CLI binary the probe tries to
 # build it and fails loudly; it is never skipped.
 step mock-cluster-probe "$SCRIPT_DIR/interop/probe_mock_cluster.sh" "$WEIR_CLI_BIN"
+# Issue 14: the weir-streams examples as separate processes on `weir-testkit serve`: a
+# clear error for a missing topic, SIGTERM exits 0, a replaced instance, exact counts.
+step examples-e2e "$SCRIPT_DIR/examples_e2e.sh"
 step doctests cargo test --workspace --doc
 
 # ---- summary -----------------------------------------------------------------------------
