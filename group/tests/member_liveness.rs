@@ -401,3 +401,40 @@ async fn a_cooperative_member_keeps_its_lease_during_a_long_join() {
         drop(app.stop().await);
     }
 }
+
+/// A member that left on `max.poll.interval.ms` joins again only after the
+/// application polls (and so sees that it lost its partitions): a rebalance
+/// asked for meanwhile (`request_rejoin`) must not bring it back first, or
+/// the application would go on with partitions it no longer owns.
+#[tokio::test(start_paused = true)]
+async fn a_rejoin_asked_for_after_a_poll_timeout_waits_for_the_poll() {
+    let tk = testkit(2).await;
+    let cluster = client(&tk.bootstrap(), "a").await;
+    let mut idle = GroupMember::start(
+        cluster,
+        config("g").with_max_poll_interval(Duration::from_secs(5)),
+    )
+    .unwrap();
+    until_assigned(&mut idle).await;
+    // No poll from here on: after max.poll.interval the member leaves.
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    assert!(!idle.lease().is_valid());
+    assert_eq!(requests_of(&tk, ApiKey::LeaveGroup, "a").await.len(), 1);
+    let joins = requests_of(&tk, ApiKey::JoinGroup, "a").await.len();
+    idle.request_rejoin();
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    assert_eq!(
+        requests_of(&tk, ApiKey::JoinGroup, "a").await.len(),
+        joins,
+        "no JoinGroup before the application polled"
+    );
+    assert!(!idle.lease().is_valid());
+    // The poll: first the loss, then the member joins again.
+    let event = tokio::time::timeout(Duration::from_secs(1), idle.next_event())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(matches!(event, AssignmentEvent::Lost(_)), "{event:?}");
+    until_assigned(&mut idle).await;
+    assert!(requests_of(&tk, ApiKey::JoinGroup, "a").await.len() > joins);
+}
