@@ -180,6 +180,22 @@ impl Cluster {
             .unwrap_or_else(|e| e.into_inner()) = m;
     }
 
+    /// The partition count of `topic` from the cached metadata, if that is
+    /// fresh (what [`metadata`](Self::metadata) would return without a
+    /// request): the producer's per-record fast path.
+    pub fn fresh_partition_count(&self, topic: &str) -> Option<usize> {
+        if self.inner.stale.load(Ordering::Acquire) {
+            return None;
+        }
+        let current = self.cached_metadata();
+        current.fetched_at?;
+        let max_age = self.inner.config.metadata_max_age;
+        current
+            .topic(topic)
+            .filter(|t| t.error.is_none() && t.fetched_at.elapsed() < max_age)
+            .map(|t| t.partitions.len())
+    }
+
     /// Metadata covering `topics`: from the cache while every topic is known,
     /// error-free and younger than `metadata.max.age.ms`, otherwise refreshed
     /// for those topics. A topic's own error (e.g. `UNKNOWN_TOPIC_OR_PARTITION`

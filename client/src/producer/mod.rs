@@ -342,14 +342,18 @@ impl Producer {
         };
 
         let cluster = &shared.cluster;
-        let partitions = tokio::time::timeout_at(
-            deadline,
-            cluster.retry("producer metadata", || {
-                cluster.partition_count(&record.topic)
-            }),
-        )
-        .await
-        .map_err(|_| timeout("metadata"))??;
+        // Fresh cached metadata is the common case: no request, no timer.
+        let partitions = match cluster.fresh_partition_count(&record.topic) {
+            Some(n) => n,
+            None => tokio::time::timeout_at(
+                deadline,
+                cluster.retry("producer metadata", || {
+                    cluster.partition_count(&record.topic)
+                }),
+            )
+            .await
+            .map_err(|_| timeout("metadata"))??,
+        };
         let partitions = i32::try_from(partitions).unwrap_or(i32::MAX);
         if let Some(p) = record.partition
             && (p < 0 || p >= partitions)

@@ -408,12 +408,15 @@ impl TransactionalProducer {
 
     async fn choose_partition(&self, record: &ProducerRecord) -> Result<i32> {
         let cluster = self.cluster();
-        let count = cluster
-            .retry("producer metadata", || {
-                cluster.partition_count(&record.topic)
-            })
-            .await
-            .map_err(|e| self.fail("send", e))?;
+        let count = match cluster.fresh_partition_count(&record.topic) {
+            Some(n) => n,
+            None => cluster
+                .retry("producer metadata", || {
+                    cluster.partition_count(&record.topic)
+                })
+                .await
+                .map_err(|e| self.fail("send", e))?,
+        };
         let count = i32::try_from(count).unwrap_or(i32::MAX).max(1);
         Ok(match &record.key {
             Some(key) => partition_for_key(key, count),
