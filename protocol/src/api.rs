@@ -91,26 +91,16 @@ pub fn peek_correlation_id(frame: &[u8]) -> Result<i32> {
 ///
 /// # Errors
 /// [`ProtocolError::Decode`] or [`ProtocolError::TrailingBytes`].
-pub fn decode_response<R: Request>(mut frame: Bytes, version: i16) -> Result<(i32, R::Response)> {
-    let api = api_key_of::<R>()?;
-    let decode_err = |e: BoxedError| ProtocolError::Decode {
-        api,
-        version,
-        message: e.to_string(),
-    };
-    let header_version = <R::Response as HeaderVersion>::header_version(version);
-    let header =
-        ResponseHeader::decode(&mut frame, header_version).map_err(|e| decode_err(e.into()))?;
-    let body = <R::Response as Decodable>::decode(&mut frame, version)
-        .map_err(|e| decode_err(e.into()))?;
-    if frame.has_remaining() {
+pub fn decode_response<R: Request>(frame: Bytes, version: i16) -> Result<(i32, R::Response)> {
+    let (correlation_id, body, rest) = decode_parts::<R>(frame, version)?;
+    if !rest.is_empty() {
         return Err(ProtocolError::TrailingBytes {
-            api,
+            api: api_key_of::<R>()?,
             version,
-            left: frame.remaining(),
+            left: rest.len(),
         });
     }
-    Ok((header.correlation_id, body))
+    Ok((correlation_id, body))
 }
 
 /// As [`decode_response`], but one known deviation is let through: a
@@ -123,9 +113,24 @@ pub fn decode_response<R: Request>(mut frame: Bytes, version: i16) -> Result<(i3
 /// # Errors
 /// [`ProtocolError::Decode`] or [`ProtocolError::TrailingBytes`].
 pub fn decode_response_tolerant<R: Request>(
-    mut frame: Bytes,
+    frame: Bytes,
     version: i16,
 ) -> Result<(i32, R::Response, usize)> {
+    let flexible = <R::Response as HeaderVersion>::header_version(version) >= 1;
+    let (correlation_id, body, rest) = decode_parts::<R>(frame, version)?;
+    match rest.as_ref() {
+        [] => Ok((correlation_id, body, 0)),
+        [0] if flexible => Ok((correlation_id, body, 1)),
+        rest => Err(ProtocolError::TrailingBytes {
+            api: api_key_of::<R>()?,
+            version,
+            left: rest.len(),
+        }),
+    }
+}
+
+/// The header's correlation id, the body, and the bytes left after it.
+fn decode_parts<R: Request>(mut frame: Bytes, version: i16) -> Result<(i32, R::Response, Bytes)> {
     let api = api_key_of::<R>()?;
     let decode_err = |e: BoxedError| ProtocolError::Decode {
         api,
@@ -137,16 +142,7 @@ pub fn decode_response_tolerant<R: Request>(
         ResponseHeader::decode(&mut frame, header_version).map_err(|e| decode_err(e.into()))?;
     let body = <R::Response as Decodable>::decode(&mut frame, version)
         .map_err(|e| decode_err(e.into()))?;
-    let flexible = header_version >= 1;
-    match frame.as_ref() {
-        [] => Ok((header.correlation_id, body, 0)),
-        [0] if flexible => Ok((header.correlation_id, body, 1)),
-        rest => Err(ProtocolError::TrailingBytes {
-            api,
-            version,
-            left: rest.len(),
-        }),
-    }
+    Ok((header.correlation_id, body, frame))
 }
 
 /// The fixed start of every request header: enough to answer even a request
