@@ -252,13 +252,7 @@ impl Cluster {
     pub async fn offsets(&self, topic: &str, partition: i32) -> Result<(i64, i64, i64)> {
         let topic = topic.to_owned();
         self.with_state(move |s| {
-            let log = &s
-                .partition(&topic, partition)
-                .ok_or_else(|| TestkitError::UnknownTopicOrPartition {
-                    topic: topic.clone(),
-                    partition,
-                })?
-                .log;
+            let log = partition_log(s, &topic, partition)?;
             Ok((
                 log.log_start_offset(),
                 log.last_stable_offset(),
@@ -278,13 +272,7 @@ impl Cluster {
     pub async fn raw_log(&self, topic: &str, partition: i32) -> Result<bytes::Bytes> {
         let topic = topic.to_owned();
         self.with_state(move |s| {
-            let log = &s
-                .partition(&topic, partition)
-                .ok_or_else(|| TestkitError::UnknownTopicOrPartition {
-                    topic: topic.clone(),
-                    partition,
-                })?
-                .log;
+            let log = partition_log(s, &topic, partition)?;
             let mut out = bytes::BytesMut::new();
             for b in log.batches() {
                 out.extend_from_slice(&b.bytes);
@@ -524,4 +512,14 @@ pub enum DataOnRestart {
     Keep,
     /// The partitions it leads come back empty.
     Lose,
+}
+
+/// The log of `topic`/`partition`, or [`TestkitError::UnknownTopicOrPartition`].
+fn partition_log<'s>(s: &'s ClusterState, topic: &str, partition: i32) -> Result<&'s PartitionLog> {
+    s.partition(topic, partition)
+        .map(|p| &p.log)
+        .ok_or_else(|| TestkitError::UnknownTopicOrPartition {
+            topic: topic.to_owned(),
+            partition,
+        })
 }
