@@ -112,6 +112,16 @@ wait_outputs() { # at-least
     done
 }
 
+stop() { # pid name: SIGTERM, which must close it gracefully (exit 0)
+    local rc
+    kill -TERM "$1"
+    set +e
+    wait "$1"
+    rc=$?
+    set -e
+    ((rc == 0)) || die "wordcount $2 exited $rc after SIGTERM"
+}
+
 weir produce -t lines <"$work/first.txt"
 start a s1
 a=$last_pid
@@ -122,12 +132,7 @@ say "ok   two instances count"
 
 # 2. SIGTERM mid-run: a closes gracefully (exit 0); a new process takes its place.
 weir produce -t lines <"$work/second.txt"
-kill -TERM "$a"
-set +e
-wait "$a"
-rc=$?
-set -e
-((rc == 0)) || die "wordcount a exited $rc after SIGTERM"
+stop "$a" a
 say "ok   SIGTERM: a closed gracefully (exit 0)"
 start a2 s1
 a2=$last_pid
@@ -143,12 +148,6 @@ awk -F'\t' '{ last[$1] = $2 } END { for (w in last) print w "\t" last[w] }' "$wo
 diff "$work/want.tsv" "$work/last.tsv" >"$work/diff.txt" || die "last counts differ from the recount: $(cat "$work/diff.txt")"
 say "ok   $got output records for $words words; every last count equals the recount"
 
-for p in "$b" "$a2"; do
-    kill -TERM "$p"
-    set +e
-    wait "$p"
-    rc=$?
-    set -e
-    ((rc == 0)) || die "a wordcount process exited $rc after SIGTERM"
-done
+stop "$b" b
+stop "$a2" a2
 say "passed"

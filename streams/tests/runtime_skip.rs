@@ -8,6 +8,8 @@
 mod support;
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use support::*;
@@ -15,8 +17,12 @@ use weir_streams::processor::{Processor, ProcessorContext};
 use weir_streams::state::KvStoreRef;
 use weir_streams::{ProcessError, Record, TopologyBuilder};
 
-/// Counts keys; fails on `poison` after its put, so the put must not stay.
-struct CountOrFail(KvStoreRef<String, u64>);
+/// Counts keys; fails on `poison` after its put (so the put must not stay):
+/// every time, or only the first time when `once` is given.
+struct CountOrFail {
+    counts: KvStoreRef<String, u64>,
+    once: Option<Arc<AtomicBool>>,
+}
 
 impl Processor<String, ()> for CountOrFail {
     type KOut = String;
@@ -26,15 +32,39 @@ impl Processor<String, ()> for CountOrFail {
         ctx: &mut ProcessorContext<'_, String, String>,
         r: Record<String, ()>,
     ) -> Result<(), ProcessError> {
-        let store = ctx.kv_store(&self.0)?;
+        let store = ctx.kv_store(&self.counts)?;
         let n = store.get(&r.key)?.unwrap_or(0) + 1;
         store.put(&r.key, &n, r.timestamp)?;
-        if r.key == "poison" {
+        let fail = r.key == "poison"
+            && self
+                .once
+                .as_ref()
+                .is_none_or(|failed| !failed.swap(true, Ordering::SeqCst));
+        if fail {
             return Err(ProcessError::msg("cannot process poison"));
         }
         ctx.forward(Record::new(r.key, n.to_string(), r.timestamp));
         Ok(())
     }
+}
+
+/// words → count (failing on `poison`) → output.
+fn topology(once: Option<Arc<AtomicBool>>) -> weir_streams::Topology {
+    let mut b = TopologyBuilder::new();
+    let counts = b.kv_store::<String, u64>("counts");
+    let words = b.source::<String, ()>("words", &[INPUT]);
+    let c = counts.clone();
+    let counted = b.processor(
+        "count",
+        &[&words],
+        move || CountOrFail {
+            counts: c.clone(),
+            once: once.clone(),
+        },
+        &[&counts],
+    );
+    b.sink("out", &[&counted], OUTPUT);
+    b.build().unwrap()
 }
 
 async fn run(guarantee: &str) {
@@ -44,17 +74,6 @@ async fn run(guarantee: &str) {
     input.insert(30, "poison".to_owned());
     produce_words(&kit, &input).await;
     let dir = tempfile::tempdir().unwrap();
-    let mut b = TopologyBuilder::new();
-    let counts = b.kv_store::<String, u64>("counts");
-    let words = b.source::<String, ()>("words", &[INPUT]);
-    let c = counts.clone();
-    let counted = b.processor(
-        "count",
-        &[&words],
-        move || CountOrFail(c.clone()),
-        &[&counts],
-    );
-    b.sink("out", &[&counted], OUTPUT);
     let config = streams_config(
         &kit,
         "wc",
@@ -65,7 +84,7 @@ async fn run(guarantee: &str) {
             ("processing.exception.handler", "skip"),
         ],
     );
-    let a = start(b.build().unwrap(), config).await;
+    let a = start(topology(None), config).await;
     eventually(
         "every other word counted",
         Duration::from_secs(120),
@@ -98,31 +117,6 @@ async fn skip_passes_over_a_failing_record_under_at_least_once() {
     run("at_least_once").await;
 }
 
-/// Counts keys; fails once on `poison` after its put (a transient error).
-struct FailOnce(
-    KvStoreRef<String, u64>,
-    std::sync::Arc<std::sync::atomic::AtomicBool>,
-);
-
-impl Processor<String, ()> for FailOnce {
-    type KOut = String;
-    type VOut = String;
-    fn process(
-        &mut self,
-        ctx: &mut ProcessorContext<'_, String, String>,
-        r: Record<String, ()>,
-    ) -> Result<(), ProcessError> {
-        let store = ctx.kv_store(&self.0)?;
-        let n = store.get(&r.key)?.unwrap_or(0) + 1;
-        store.put(&r.key, &n, r.timestamp)?;
-        if r.key == "poison" && !self.1.swap(true, std::sync::atomic::Ordering::SeqCst) {
-            return Err(ProcessError::msg("a transient failure"));
-        }
-        ctx.forward(Record::new(r.key, n.to_string(), r.timestamp));
-        Ok(())
-    }
-}
-
 /// The default handler, replace-thread, under exactly-once: the failed
 /// transaction is aborted, the tasks restart from their last commit in a new
 /// transaction, and every record, the one that failed too, counts once.
@@ -134,18 +128,7 @@ async fn a_replaced_thread_redoes_the_aborted_work_exactly_once() {
     expected.insert("poison".to_owned(), 1);
     produce_words(&kit, &input).await;
     let dir = tempfile::tempdir().unwrap();
-    let failed = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let mut b = TopologyBuilder::new();
-    let counts = b.kv_store::<String, u64>("counts");
-    let words = b.source::<String, ()>("words", &[INPUT]);
-    let (c, f) = (counts.clone(), failed.clone());
-    let counted = b.processor(
-        "count",
-        &[&words],
-        move || FailOnce(c.clone(), f.clone()),
-        &[&counts],
-    );
-    b.sink("out", &[&counted], OUTPUT);
+    let failed = Arc::new(AtomicBool::new(false));
     let config = streams_config(
         &kit,
         "wc",
@@ -153,7 +136,7 @@ async fn a_replaced_thread_redoes_the_aborted_work_exactly_once() {
         dir.path(),
         &[("processing.guarantee", "exactly_once_v2")],
     );
-    let a = start(b.build().unwrap(), config).await;
+    let a = start(topology(Some(failed.clone())), config).await;
     let total: u64 = expected.values().sum();
     eventually("every word counted", Duration::from_secs(120), || async {
         read_committed(&kit, OUTPUT).await.len() as u64 >= total
@@ -161,7 +144,7 @@ async fn a_replaced_thread_redoes_the_aborted_work_exactly_once() {
     .await;
     tokio::time::sleep(Duration::from_secs(5)).await;
     let out = read_committed(&kit, OUTPUT).await;
-    assert!(failed.load(std::sync::atomic::Ordering::SeqCst));
+    assert!(failed.load(Ordering::SeqCst));
     assert_eq!(out.len() as u64, total, "each record once");
     assert_eq!(last_counts(&out), expected);
     a.close(Duration::from_secs(30)).await.unwrap();

@@ -298,12 +298,13 @@ async fn throttle_time_delays_the_next_request() {
     );
 }
 
-#[tokio::test]
-async fn a_byte_after_a_decoded_response_is_ignored_as_java_and_librdkafka_do() {
-    // librdkafka's mock cluster ends flexible Metadata responses (v9+) with
-    // one empty tagged-fields byte too many.
-    let (m, mut server) = pair(12, options());
-    let server = tokio::spawn(async move {
+/// A peer that answers the first request with a Metadata response (cluster
+/// id "mock") followed by `trailing` bytes inside the frame.
+fn answer_with_trailing(
+    mut server: FakeConn<DuplexStream>,
+    trailing: &'static [u8],
+) -> tokio::task::JoinHandle<FakeConn<DuplexStream>> {
+    tokio::spawn(async move {
         let req = server.next_request().await.unwrap();
         let mut encoded = BytesMut::new();
         weir_protocol::api::encode_response(
@@ -316,12 +317,20 @@ async fn a_byte_after_a_decoded_response_is_ignored_as_java_and_librdkafka_do() 
         .unwrap();
         let body = encoded.split_off(4);
         let mut frame = BytesMut::new();
-        frame.put_i32(i32::try_from(body.len() + 1).unwrap());
+        frame.put_i32(i32::try_from(body.len() + trailing.len()).unwrap());
         frame.extend_from_slice(&body);
-        frame.put_u8(0);
+        frame.extend_from_slice(trailing);
         server.write_raw(&frame).await;
         server
-    });
+    })
+}
+
+#[tokio::test]
+async fn a_byte_after_a_decoded_response_is_ignored_as_java_and_librdkafka_do() {
+    // librdkafka's mock cluster ends flexible Metadata responses (v9+) with
+    // one empty tagged-fields byte too many.
+    let (m, server) = pair(12, options());
+    let server = answer_with_trailing(server, &[0]);
     let response = m.request(&MetadataRequest::default()).await.unwrap();
     assert_eq!(cluster_id(&response), "mock");
     assert!(m.is_usable());
@@ -330,26 +339,8 @@ async fn a_byte_after_a_decoded_response_is_ignored_as_java_and_librdkafka_do() 
 
 #[tokio::test]
 async fn other_bytes_after_a_decoded_response_still_poison() {
-    let (m, mut server) = pair(12, options());
-    let server = tokio::spawn(async move {
-        let req = server.next_request().await.unwrap();
-        let mut encoded = BytesMut::new();
-        weir_protocol::api::encode_response(
-            &mut encoded,
-            ApiKey::Metadata,
-            req.version,
-            req.header.correlation_id,
-            &metadata_with_cluster_id("mock"),
-        )
-        .unwrap();
-        let body = encoded.split_off(4);
-        let mut frame = BytesMut::new();
-        frame.put_i32(i32::try_from(body.len() + 2).unwrap());
-        frame.extend_from_slice(&body);
-        frame.put_u16(0x0102);
-        server.write_raw(&frame).await;
-        server
-    });
+    let (m, server) = pair(12, options());
+    let server = answer_with_trailing(server, &[1, 2]);
     let err = m.request(&MetadataRequest::default()).await.unwrap_err();
     assert_poisoned_by(&err, |c| {
         matches!(
