@@ -275,14 +275,6 @@ async fn restore_store(
             }
         }
         let progress = blocking(task, move || restorer.finish()).await?;
-        // The store equals the changelog up to `end`: what lies between its
-        // last record and `end` is transaction markers. Committing `end`
-        // lets the next catch-up (a standby's, every half second) stop at
-        // the up-to-date check instead of reading the markers again.
-        if !matches!(store.committed_offset(&cp), CommittedOffset::Known(o) if o >= end) {
-            let (s, cp) = (store.clone(), cp.clone());
-            blocking(task, move || s.commit(&[(cp, end)])).await?;
-        }
         if active {
             tracing::info!(task = %task, store = name, records = progress.records, bytes = progress.bytes, end, "restored");
         } else {
