@@ -345,6 +345,14 @@ impl Lease {
             .is_some_and(|until| Instant::now() < until)
     }
 
+    /// When the lease ends unless a heartbeat renews it first (`None`
+    /// with no lease at all): the last renewing heartbeat's send time plus
+    /// `session.timeout.ms` minus the self-fence margin. A deadline that
+    /// moves forward shows a heartbeat the coordinator answered.
+    pub fn valid_until(&self) -> Option<Instant> {
+        self.shared.lease_deadline()
+    }
+
     /// A [`SendGate`] that binds produced records to this lease, not just
     /// their enqueueing: a producer never sends (nor resends) a batch of
     /// records carrying it once the lease has ended, so buffering
