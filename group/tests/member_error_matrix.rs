@@ -208,6 +208,16 @@ async fn fail_commit(code: i16, expected: Reaction) {
         matches!(err, GroupError::Coordinator { code: c, .. } if c == code),
         "{what}: {err}"
     );
+    // The answer is the member's news that it is out: no write may follow
+    // the commit's return (M3), before the membership task has run.
+    assert!(
+        !member.lease().is_valid(),
+        "{what}: the lease outlived the answer"
+    );
+    assert!(
+        member.metadata().is_err(),
+        "{what}: no generation to commit with"
+    );
     // The commit's generation was still current: the member reacts.
     match member.next_event().await {
         Ok(AssignmentEvent::Lost(p)) => assert_eq!(p.len(), 2, "{what}"),

@@ -18,10 +18,11 @@ use tokio::time::Instant;
 use weir_client::admin::{Admin, NewTopic};
 use weir_client::config::ClientConfig;
 use weir_group::assignor::TopicPartition;
-use weir_group::member::{MemberConfig, ShutdownMode};
+use weir_group::member::{GroupMember, Lease, MemberConfig, ShutdownMode};
 
 const LIMIT: Duration = Duration::from_secs(30);
 const SESSION: Duration = Duration::from_secs(6);
+const MARGIN: Duration = Duration::from_secs(1);
 
 fn bootstrap(test: &str) -> Option<String> {
     let _ = tracing_subscriber::fmt()
@@ -64,7 +65,7 @@ fn config(topic: &str) -> MemberConfig {
         .with_session_timeout(SESSION)
         .with_heartbeat_interval(Duration::from_secs(1))
         .with_max_poll_interval(Duration::from_secs(20))
-        .with_self_fence_margin(Duration::from_secs(1))
+        .with_self_fence_margin(MARGIN)
 }
 
 /// The named members own all 4 partitions of `topic` between them, evenly.
@@ -79,6 +80,17 @@ fn split(entries: &[Entry], topic: &str, members: &[&str]) -> bool {
         all.extend(set.into_iter().filter(|tp| tp.topic == topic));
     }
     all.len() == 4
+}
+
+fn entry_time(e: &Entry) -> Instant {
+    match e {
+        Entry::Assigned { at, .. }
+        | Entry::Revoked { at, .. }
+        | Entry::Lost { at, .. }
+        | Entry::Fatal { at, .. }
+        | Entry::Write { at, .. }
+        | Entry::Released { at, .. } => *at,
+    }
 }
 
 fn lost(entries: &[Entry]) -> Vec<&Entry> {
@@ -105,6 +117,9 @@ fn revoked_by(entries: &[Entry], who: &str) -> Vec<Vec<TopicPartition>> {
 struct Crashable {
     runtime: tokio::runtime::Runtime,
     app: App,
+    /// The member's lease, read from outside: its deadline moves forward
+    /// with every heartbeat the coordinator answers.
+    lease: Lease,
 }
 
 impl Crashable {
@@ -115,11 +130,19 @@ impl Crashable {
             .build()
             .unwrap();
         let (b, n, j) = (bootstrap.to_owned(), name.to_owned(), journal.clone());
-        let app = runtime
-            .spawn(async move { App::start(&b, &n, config, &j).await })
+        let (app, lease) = runtime
+            .spawn(async move {
+                let member = GroupMember::start(client(&b, &n).await, config).unwrap();
+                let lease = member.lease();
+                (App::run(member, &n, &j), lease)
+            })
             .await
             .unwrap();
-        Self { runtime, app }
+        Self {
+            runtime,
+            app,
+            lease,
+        }
     }
 
     fn crash(self, journal: &Journal) {
@@ -186,19 +209,58 @@ async fn tansu_a_crashed_member_is_replaced_after_the_session_timeout() {
     journal
         .wait_for(LIMIT, "a and c split", |e| split(e, &t, &["a", "c"]))
         .await;
-    // a runs for two heartbeat intervals first, so that a heartbeat renewed
-    // its session just before the crash. Right after the split, tansu's
-    // last contact with a can be older: in one run of seven, c took over
-    // less than 4 s after the crash.
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    // tansu renews a session on Heartbeat only, and the split's rebalance
+    // can take longer than the session's first seconds: right after it,
+    // tansu's last contact with a may be a heartbeat from before the
+    // rebalance (in one run of seven, c took over less than 4 s after the
+    // crash). So a crashes only once a heartbeat sent after the split was
+    // answered: its lease deadline, the heartbeat's send time + span, then
+    // lies past split + span.
+    let span = SESSION - MARGIN;
+    let split_at = Instant::now();
+    let renewed = loop {
+        if let Some(until) = a.lease.valid_until()
+            && until >= split_at + span
+        {
+            break until;
+        }
+        assert!(
+            split_at.elapsed() < LIMIT,
+            "no heartbeat of a answered within {LIMIT:?} of the split (lease until {:?})",
+            a.lease
+                .valid_until()
+                .map(|u| u.saturating_duration_since(Instant::now()))
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    // The last heartbeat answered before the crash (a later one may have
+    // reached tansu unanswered: that only delays the expiry).
+    let last_renewal = a.lease.valid_until().unwrap_or(renewed) - span;
     let crashed_at = Instant::now();
     a.crash(&journal);
     journal
         .wait_for(LIMIT, "c owns 4", |e| split(e, &t, &["c"]))
         .await;
-    let took = crashed_at.elapsed();
-    // The coordinator noticed by the session timeout, not by a LeaveGroup.
-    assert!(took >= SESSION - Duration::from_secs(2), "{took:?}");
+    // The moment c's events first made it the owner of all 4.
+    let entries = journal.entries();
+    let took_over_at = (0..entries.len())
+        .find(|&i| split(&entries[..=i], &t, &["c"]))
+        .map(|i| entry_time(&entries[i]))
+        .unwrap();
+    println!(
+        "c took over {:?} after the crash, {:?} after a's last answered heartbeat was sent",
+        took_over_at.saturating_duration_since(crashed_at),
+        took_over_at.saturating_duration_since(last_renewal)
+    );
+    // The coordinator noticed by the session timeout, not by a LeaveGroup:
+    // no earlier than a session after it last heard from a (tansu got that
+    // heartbeat no earlier than it was sent; 100 ms for its clock's grain).
+    assert!(
+        took_over_at + Duration::from_millis(100) >= last_renewal + SESSION,
+        "c took over {:?} after the crash, {:?} after a's last answered heartbeat was sent",
+        took_over_at.saturating_duration_since(crashed_at),
+        took_over_at.saturating_duration_since(last_renewal)
+    );
     let entries = journal.entries();
     assert_never_two_owners(&entries);
     assert!(lost(&entries).is_empty(), "{:#?}", journal.non_writes());

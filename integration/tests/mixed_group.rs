@@ -26,6 +26,8 @@ const TOPIC: &str = "mixed";
 const PARTITIONS: i32 = 6;
 const RECORDS: usize = 600;
 const GROUP: &str = "mixed-group";
+/// How long the group may take to settle after a member came or went.
+const LIMIT: Duration = Duration::from_secs(30);
 
 /// (wall seconds, member, event) where event is "assigned"/"revoked"/"lost"/"closed".
 type Events = Arc<Mutex<Vec<(f64, String, String, Vec<i32>)>>>;
@@ -61,10 +63,9 @@ fn librdkafka_member(
     (python, tool): &(String, String),
     bootstrap: &str,
     name: &str,
-    run_for: u64,
     events: &Events,
     consumed: &Consumed,
-) -> std::thread::JoinHandle<()> {
+) -> (std::process::ChildStdin, std::thread::JoinHandle<()>) {
     let mut child = Command::new(python)
         .args([
             tool.as_str(),
@@ -76,18 +77,23 @@ fn librdkafka_member(
             "-g",
             GROUP,
         ])
+        // It leaves when the test closes its stdin; the cap only ends a
+        // member the test forgot.
         .args([
+            "--until-stdin-closes",
             "--run-for",
-            &run_for.to_string(),
+            &LIMIT.as_secs().saturating_mul(6).to_string(),
             "-X",
             &format!("client.id={name}"),
         ])
+        .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .spawn()
         .expect("start kafka_tool.py");
+    let stdin = child.stdin.take().unwrap();
     let stdout = child.stdout.take().unwrap();
     let (events, consumed, name) = (Arc::clone(events), Arc::clone(consumed), name.to_owned());
-    std::thread::spawn(move || {
+    let reader = std::thread::spawn(move || {
         for line in BufReader::new(stdout).lines() {
             let v: serde_json::Value = serde_json::from_str(&line.unwrap()).unwrap();
             let ts = v["ts"].as_f64().unwrap();
@@ -110,7 +116,8 @@ fn librdkafka_member(
         }
         let status = child.wait().unwrap();
         assert!(status.success(), "{name}: kafka_tool.py failed: {status}");
-    })
+    });
+    (stdin, reader)
 }
 
 /// Starts a Weir member that polls until told to stop, then leaves (planned).
@@ -172,6 +179,47 @@ fn weir_member(
     (stop, task)
 }
 
+/// Who owns which partitions after every member's events so far, replayed
+/// in time order.
+fn owners(events: &Events) -> BTreeMap<String, BTreeSet<i32>> {
+    let mut sorted = events.lock().unwrap().clone();
+    sorted.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let mut owned: BTreeMap<String, BTreeSet<i32>> = BTreeMap::new();
+    for (_, who, event, partitions) in sorted {
+        let set = owned.entry(who).or_default();
+        match event.as_str() {
+            "assigned" => set.extend(partitions),
+            "revoked" | "lost" => partitions.iter().for_each(|p| {
+                set.remove(p);
+            }),
+            "closed" => set.clear(),
+            _ => {}
+        }
+    }
+    owned.retain(|_, set| !set.is_empty());
+    owned
+}
+
+/// Waits (polling every 50 ms, at most [`LIMIT`]) until exactly `members`
+/// own partitions, each at least one, and all of them between them: the
+/// group has settled after a member came or went.
+async fn wait_settled(events: &Events, members: &[&str]) {
+    let started = std::time::Instant::now();
+    loop {
+        let owned = owners(events);
+        let all: BTreeSet<i32> = owned.values().flatten().copied().collect();
+        let who: BTreeSet<&str> = owned.keys().map(String::as_str).collect();
+        if who == members.iter().copied().collect() && all.len() == PARTITIONS as usize {
+            return;
+        }
+        assert!(
+            started.elapsed() < LIMIT,
+            "the group did not settle on {members:?} within {LIMIT:?}: owners {owned:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 /// Replays every member's events in time order; panics on a partition
 /// owned by two members at once.
 fn assert_exclusive(events: &[(f64, String, String, Vec<i32>)]) {
@@ -231,21 +279,34 @@ async fn librdkafka_and_weir_members_share_a_cooperative_group() {
 
     let events: Events = Arc::default();
     let consumed: Consumed = Arc::default();
-    let step = Duration::from_secs(3);
-    let l1 = librdkafka_member(&tool, &bootstrap, "rdkafka-1", 24, &events, &consumed);
-    tokio::time::sleep(step).await;
+    // Each member comes or goes once the group has settled after the last
+    // change: every member then owns some partitions.
+    let (l1_in, l1) = librdkafka_member(&tool, &bootstrap, "rdkafka-1", &events, &consumed);
+    wait_settled(&events, &["rdkafka-1"]).await;
     let (stop_w1, w1) = weir_member(&bootstrap, "weir-1", &events, &consumed);
-    tokio::time::sleep(step).await;
-    let l2 = librdkafka_member(&tool, &bootstrap, "rdkafka-2", 12, &events, &consumed);
-    tokio::time::sleep(step).await;
+    wait_settled(&events, &["rdkafka-1", "weir-1"]).await;
+    let (l2_in, l2) = librdkafka_member(&tool, &bootstrap, "rdkafka-2", &events, &consumed);
+    wait_settled(&events, &["rdkafka-1", "weir-1", "rdkafka-2"]).await;
     let (stop_w2, w2) = weir_member(&bootstrap, "weir-2", &events, &consumed);
-    tokio::time::sleep(step * 2).await;
-    // A Weir member leaves mid-stream; later rdkafka-2's time is up.
+    wait_settled(&events, &["rdkafka-1", "weir-1", "rdkafka-2", "weir-2"]).await;
+    // A Weir member leaves, then a librdkafka one (its stdin closed).
     stop_w1.send(()).unwrap();
     w1.await.unwrap();
+    wait_settled(&events, &["rdkafka-1", "rdkafka-2", "weir-2"]).await;
+    drop(l2_in);
     tokio::task::spawn_blocking(move || l2.join().unwrap())
         .await
         .unwrap();
+    wait_settled(&events, &["rdkafka-1", "weir-2"]).await;
+    // Everything is consumed before the last two leave.
+    let expected: BTreeSet<(i32, i64)> = (0..PARTITIONS)
+        .flat_map(|p| (0..(RECORDS as i64 / PARTITIONS as i64)).map(move |o| (p, o)))
+        .collect();
+    let started = std::time::Instant::now();
+    while !expected.is_subset(&*consumed.lock().unwrap()) && started.elapsed() < LIMIT {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    drop(l1_in);
     tokio::task::spawn_blocking(move || l1.join().unwrap())
         .await
         .unwrap();
@@ -271,9 +332,6 @@ async fn librdkafka_and_weir_members_share_a_cooperative_group() {
         "librdkafka got partitions: {events:#?}"
     );
     let consumed = consumed.lock().unwrap();
-    let expected: BTreeSet<(i32, i64)> = (0..PARTITIONS)
-        .flat_map(|p| (0..(RECORDS as i64 / PARTITIONS as i64)).map(move |o| (p, o)))
-        .collect();
     let missing: Vec<_> = expected.difference(&consumed).take(10).collect();
     assert!(missing.is_empty(), "not consumed (first 10): {missing:?}");
 }

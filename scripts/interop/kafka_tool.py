@@ -32,6 +32,7 @@ import base64
 import json
 import os
 import sys
+import threading
 import time
 
 from confluent_kafka import (
@@ -487,7 +488,8 @@ def cmd_consume(args, extra):
 
 
 def cmd_group_consume(args, extra):
-    """Consumes as a member of a group for `--run-for` seconds, printing every assignment
+    """Consumes as a member of a group for `--run-for` seconds (or until stdin closes, with
+    `--until-stdin-closes`), printing every assignment
     change as {"event": "assigned"|"revoked"|"lost", "partitions": [...], "ts": wall
     seconds} (revoked is printed when the callback returns, after its commit) and every
     record as {"partition": p, "offset": o, "ts": ...}. For mixed-group tests."""
@@ -521,8 +523,16 @@ def cmd_group_consume(args, extra):
     consumer.subscribe([args.topic], on_assign=on_assign, on_revoke=on_revoke,
                        on_lost=on_lost)
     deadline = time.monotonic() + args.run_for
+    stop = threading.Event()
+    if args.until_stdin_closes:
+        # The caller decides when this member leaves: it closes our stdin.
+        def wait_for_eof():
+            for _ in sys.stdin:
+                pass
+            stop.set()
+        threading.Thread(target=wait_for_eof, daemon=True).start()
     try:
-        while time.monotonic() < deadline:
+        while time.monotonic() < deadline and not stop.is_set():
             msg = consumer.poll(0.2)
             if msg is None:
                 continue
@@ -621,6 +631,9 @@ def build_parser():
                                help="partition.assignment.strategy (default cooperative-sticky)")
     group_consume.add_argument("--run-for", type=float, default=20.0,
                                help="seconds to stay in the group (default 20)")
+    group_consume.add_argument("--until-stdin-closes", action="store_true",
+                               help="leave the group when stdin closes (--run-for still "
+                                    "caps the stay)")
 
     create = sub.add_parser("create-topic", help="create a topic")
     create.add_argument("-t", "--topic", required=True)

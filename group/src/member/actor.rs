@@ -83,23 +83,42 @@ impl Membership {
             flow = match flow {
                 Flow::Rejoin(delay) => {
                     let deadline = Instant::now() + delay;
-                    let join = async {
-                        tokio::time::sleep_until(deadline).await;
-                        self.join_and_sync().await
+                    let (flow, deferred) = {
+                        let join = async {
+                            tokio::time::sleep_until(deadline).await;
+                            self.join_and_sync().await
+                        };
+                        tokio::pin!(join);
+                        // A commit's error that arrives while the new
+                        // generation's revocation waits for its ack (the
+                        // application commits before it acks) belongs to the
+                        // new generation: it is handled once the join is done.
+                        let mut deferred = None;
+                        let flow = loop {
+                            tokio::select! {
+                                f = &mut join => break f,
+                                c = commands.recv() => match c {
+                                    Some(Command::Close { mode, done }) => break Flow::Close(mode, done),
+                                    // A commit's error from the generation being
+                                    // replaced: stale, the join goes on; a
+                                    // rejoin asked for is this one.
+                                    Some(Command::GroupError { generation, code }) => {
+                                        deferred = deferred.or(Some((generation, code)));
+                                    }
+                                    Some(Command::Rejoin) => {}
+                                    None => break Flow::Close(ShutdownMode::Default, oneshot::channel().0),
+                                },
+                            }
+                        };
+                        (flow, deferred)
                     };
-                    tokio::pin!(join);
-                    loop {
-                        tokio::select! {
-                            f = &mut join => break f,
-                            c = commands.recv() => match c {
-                                Some(Command::Close { mode, done }) => break Flow::Close(mode, done),
-                                // A commit's error from the generation being
-                                // replaced: stale, the join goes on; a
-                                // rejoin asked for is this one.
-                                Some(Command::GroupError { .. } | Command::Rejoin) => {}
-                                None => break Flow::Close(ShutdownMode::Default, oneshot::channel().0),
-                            },
+                    match (flow, deferred) {
+                        (Flow::Stable, Some((generation, code)))
+                            if generation == self.generation =>
+                        {
+                            self.on_code(code).await
                         }
+                        (flow, _) => flow,
                     }
                 }
                 Flow::Stable => self.stable(&mut commands).await,
@@ -476,6 +495,25 @@ impl Membership {
         let generation = self.generation;
         loop {
             tokio::select! {
+                // Commands first: a refused commit's code, queued while a
+                // revocation waited for its ack, is the cause, and the
+                // self-fence its ended lease then triggers in the
+                // heartbeat task only the consequence (a fenced instance
+                // must stop, not rejoin).
+                biased;
+                command = commands.recv() => match command {
+                    Some(Command::Close { mode, done }) => return Flow::Close(mode, done),
+                    Some(Command::GroupError { generation: sent_with, code }) => {
+                        if sent_with == generation {
+                            return self.on_code(code).await;
+                        }
+                    }
+                    Some(Command::Rejoin) => {
+                        tracing::info!(group = %self.config.group_id, generation, "rebalance requested by the application");
+                        return Flow::Rejoin(Duration::ZERO);
+                    }
+                    None => return Flow::Close(ShutdownMode::Default, oneshot::channel().0),
+                },
                 outcome = self.outcomes.recv() => {
                     let Some(outcome) = outcome else { continue };
                     if outcome.generation != generation {
@@ -492,19 +530,6 @@ impl Membership {
                         OutcomeKind::PollTimeout => self.leave_after_poll_timeout(commands).await,
                     };
                 }
-                command = commands.recv() => match command {
-                    Some(Command::Close { mode, done }) => return Flow::Close(mode, done),
-                    Some(Command::GroupError { generation: sent_with, code }) => {
-                        if sent_with == generation {
-                            return self.on_code(code).await;
-                        }
-                    }
-                    Some(Command::Rejoin) => {
-                        tracing::info!(group = %self.config.group_id, generation, "rebalance requested by the application");
-                        return Flow::Rejoin(Duration::ZERO);
-                    }
-                    None => return Flow::Close(ShutdownMode::Default, oneshot::channel().0),
-                },
             }
         }
     }

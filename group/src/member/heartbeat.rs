@@ -4,7 +4,6 @@
 //! coordinator connection ever delays a heartbeat.
 
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use tokio::sync::mpsc;
@@ -54,27 +53,13 @@ impl Heartbeat {
     }
 
     fn report(&self, kind: OutcomeKind) {
-        // While a JoinGroup is in flight (cooperative), ILLEGAL_GENERATION
-        // means the join completed before this heartbeat: the membership
-        // task has the new generation in hand, and the lease stays. A
-        // member that was removed instead gets UNKNOWN_MEMBER_ID.
-        let join_completed = kind == OutcomeKind::Code(codes::ILLEGAL_GENERATION)
-            && self.shared.joining.load(Ordering::Acquire);
-        if let OutcomeKind::Code(
-            code @ (codes::UNKNOWN_MEMBER_ID
-            | codes::ILLEGAL_GENERATION
-            | codes::FENCED_INSTANCE_ID),
-        ) = kind
-            && !join_completed
+        // An answer that says this member is out ends the lease here, not
+        // when the membership task gets round to the outcome (see
+        // `Shared::end_generation_on`).
+        if let OutcomeKind::Code(code) = kind
+            && self.shared.end_generation_on(self.generation, code)
         {
-            // The coordinator says this member is out: it may already
-            // have handed the partitions on (a replacing static instance
-            // gets them at once). The lease ends here, not when the
-            // membership task gets round to the outcome: it may be waiting
-            // seconds for a revocation's ack.
-            if self.shared.end_generation(self.generation) {
-                tracing::warn!(group = %self.config.group_id, generation = self.generation, code, "out of the group: lease ended");
-            }
+            tracing::warn!(group = %self.config.group_id, generation = self.generation, code, "out of the group: lease ended");
         }
         tracing::debug!(group = %self.config.group_id, generation = self.generation, ?kind, "heartbeat outcome");
         let _ = self.outcomes.send(Outcome {

@@ -241,6 +241,13 @@ impl GroupMember {
         let metadata = self.metadata()?;
         let result = crate::offsets::commit(&self.cluster, &metadata, offsets).await;
         if let Err(GroupError::Coordinator { code, .. }) = &result {
+            // The answer says whether this member is still in the group:
+            // if not, the lease ends before the caller sees the error, not
+            // when the membership task gets round to it (it may be waiting
+            // for a revocation's ack, which this commit may be part of).
+            if self.shared.end_generation_on(metadata.generation, *code) {
+                tracing::warn!(group = %self.shared.group_id, generation = metadata.generation, code, "commit refused: out of the group, lease ended");
+            }
             let _ = self.commands.send(Command::GroupError {
                 generation: metadata.generation,
                 code: *code,
@@ -289,6 +296,7 @@ impl GroupMember {
             && crate::offsets::is_membership_code(code)
         {
             tracing::warn!(group = %self.shared.group_id, generation = metadata.generation_id, code, "TxnOffsetCommit refused: the membership is stale");
+            self.shared.end_generation_on(metadata.generation_id, code);
             let _ = self.commands.send(Command::GroupError {
                 generation: metadata.generation_id,
                 code,

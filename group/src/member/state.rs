@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use tokio::sync::Notify;
 use tokio::time::Instant;
+use weir_client::kerror::codes;
 use weir_client::producer::SendGate;
 
 use crate::assignor::TopicPartition;
@@ -288,6 +289,28 @@ impl Shared {
         true
     }
 
+    /// The reaction to an answer to a request sent with `generation` that
+    /// says this member is out of the group (UNKNOWN_MEMBER_ID,
+    /// ILLEGAL_GENERATION, FENCED_INSTANCE_ID), whichever request it came
+    /// on (heartbeat, commit): the coordinator may already have handed the
+    /// partitions on (a replacing static instance gets them at once), so
+    /// the lease ends here, not when the membership task gets round to the
+    /// outcome (it may be waiting seconds for a revocation's ack). True if
+    /// the generation was current and ended.
+    ///
+    /// While a JoinGroup is in flight (cooperative), ILLEGAL_GENERATION
+    /// means the join completed first: the membership task has the new
+    /// generation in hand, and the lease stays. A member that was removed
+    /// instead gets UNKNOWN_MEMBER_ID.
+    pub(crate) fn end_generation_on(&self, generation: i32, code: i16) -> bool {
+        let out = match code {
+            codes::UNKNOWN_MEMBER_ID | codes::FENCED_INSTANCE_ID => true,
+            codes::ILLEGAL_GENERATION => !self.joining.load(Ordering::Acquire),
+            _ => false,
+        };
+        out && self.end_generation(generation)
+    }
+
     /// Ends the lease, forgets the generation and gives up every owned
     /// partition, in one step; returns what was owned.
     pub(crate) fn drop_ownership(&self) -> BTreeSet<TopicPartition> {
@@ -320,6 +343,14 @@ impl Lease {
         self.shared
             .lease_deadline()
             .is_some_and(|until| Instant::now() < until)
+    }
+
+    /// When the lease ends unless a heartbeat renews it first (`None`
+    /// with no lease at all): the last renewing heartbeat's send time plus
+    /// `session.timeout.ms` minus the self-fence margin. A deadline that
+    /// moves forward shows a heartbeat the coordinator answered.
+    pub fn valid_until(&self) -> Option<Instant> {
+        self.shared.lease_deadline()
     }
 
     /// A [`SendGate`] that binds produced records to this lease, not just
