@@ -343,6 +343,20 @@ pub const FAULT_KINDS: [&str; 14] = [
     "MoveCoordinator",
 ];
 
+/// How an instance sends the records of a transaction.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Sends {
+    /// `send` after `send`, each acknowledgement awaited.
+    Sequential,
+    /// Every `send` on its own task, all in flight at once: callers race
+    /// in AddPartitionsToTxn and in the producer.
+    Concurrent,
+    /// `enqueue` after `enqueue` without awaiting the deliveries (as a
+    /// stream thread does), then `commit`, which must wait for them all
+    /// and refuse if one failed.
+    Buffered,
+}
+
 /// One transaction of the transactional input loader.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct InputTxn {
@@ -367,9 +381,8 @@ pub struct Schedule {
     pub per_txn: usize,
     /// Faults, in transaction order.
     pub faults: Vec<Fault>,
-    /// Whether the instance sends a transaction's records from concurrent
-    /// tasks (all in flight at once) rather than one after another.
-    pub concurrent: bool,
+    /// How the instance sends a transaction's records.
+    pub sends: Sends,
     /// Empty: the input is written without transactions. Otherwise the
     /// input is written by a transactional producer in these transactions,
     /// in order; the committed ones hold the `inputs` ids.
@@ -386,15 +399,11 @@ impl fmt::Display for Schedule {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "seed {} ({} inputs, {} per transaction, {}, {} input, {}): {:?}",
+            "seed {} ({} inputs, {} per transaction, {:?} sends, {} input, {}): {:?}",
             self.seed,
             self.inputs,
             self.per_txn,
-            if self.concurrent {
-                "concurrent sends"
-            } else {
-                "sequential sends"
-            },
+            self.sends,
             if self.input_transactions.is_empty() {
                 "plain".to_owned()
             } else {
@@ -413,7 +422,7 @@ impl fmt::Display for Schedule {
 impl Schedule {
     /// Draws a schedule from `seed`: 8 to 48 inputs, 1 to 8 per
     /// transaction, up to eight faults over the transactions of the run,
-    /// concurrent sends in half the schedules and transactional input
+    /// sequential, concurrent or buffered sends and transactional input
     /// (with aborted input transactions) in a third. Partitions last 50 ms
     /// to 8 s: the shorter ones the client rides out by itself, the ones
     /// past its 5 s API timeout reach the application as retriable errors.
@@ -506,7 +515,7 @@ impl Schedule {
             faults.push(fault);
         }
         faults.sort_by_key(|f| f.txn());
-        let concurrent = rng.random_bool(0.5);
+        let sends = [Sends::Sequential, Sends::Concurrent, Sends::Buffered][rng.random_range(0..3)];
         let mut input_transactions = Vec::new();
         if rng.random_bool(1.0 / 3.0) {
             let mut committed = 0;
@@ -530,7 +539,7 @@ impl Schedule {
             inputs,
             per_txn,
             faults,
-            concurrent,
+            sends,
             input_transactions,
             partition_verification,
         }
@@ -578,7 +587,8 @@ pub struct Observed {
     /// What the faults did, by name: `<kind> fired` for each intercept of a
     /// fault that hit a request (a [`Fault::kind`]), `leader moved`,
     /// `transaction timed out` (the coordinator aborted it),
-    /// `aborted input records`, `concurrent transactions` (with more than
+    /// `aborted input records`, `concurrent transactions` and `buffered
+    /// transactions` (with more than
     /// one record in flight) and `fatal` (instances ended by a fatal error).
     pub effects: BTreeMap<String, usize>,
 }
@@ -1076,14 +1086,14 @@ async fn run_instance(
                     .with_value(format!("out-{id}@{tag}"))
             })
             .collect();
-        // Sequential: each send awaited before the next. Concurrent: every
-        // send on its own task, all in flight at once (as a stream thread
-        // that does not wait for each acknowledgement).
         let mut sends = Vec::with_capacity(outputs.len());
-        if schedule.concurrent {
-            if outputs.len() > 1 {
-                observed.effect("concurrent transactions");
-            }
+        if schedule.sends != Sends::Sequential && outputs.len() > 1 {
+            observed.effect(match schedule.sends {
+                Sends::Concurrent => "concurrent transactions",
+                _ => "buffered transactions",
+            });
+        }
+        if schedule.sends == Sends::Concurrent {
             for record in outputs {
                 let producer = Arc::clone(&producer);
                 sends.push(Sending::Spawned(tokio::spawn(async move {
@@ -1098,11 +1108,21 @@ async fn run_instance(
             let mut failed_send = None;
             for (i, (sending, r)) in sends.into_iter().zip(&records).enumerate() {
                 let sent = match sending {
+                    Sending::Later(record) if schedule.sends == Sends::Buffered => {
+                        match producer.enqueue(record).await {
+                            // Only the first acknowledgement is awaited (for
+                            // the faults that start after it); `commit`
+                            // waits for the others and refuses if one failed.
+                            Ok(delivery) if i == 0 => delivery.await.map(|_| ()),
+                            Ok(_) => Ok(()),
+                            Err(e) => Err(e),
+                        }
+                    }
                     Sending::Later(record) => producer.send(record).await.map(|_| ()),
                     Sending::Spawned(task) => task.await.map_err(|e| e.to_string())?,
                 };
                 if let Err(e) = sent {
-                    if schedule.concurrent {
+                    if schedule.sends == Sends::Concurrent {
                         // The others are in flight: wait for them too.
                         failed_send.get_or_insert(e);
                         continue;

@@ -10,7 +10,9 @@
 use std::collections::BTreeMap;
 use std::sync::Mutex;
 
-use weir_integration::eos::{FAULT_KINDS, Fault, Observed, Schedule, Violation, run_schedule};
+use weir_integration::eos::{
+    FAULT_KINDS, Fault, Observed, Schedule, Sends, Violation, run_schedule,
+};
 
 const DEFAULT_SCHEDULES: u64 = 300;
 const THREADS: usize = 2;
@@ -106,6 +108,7 @@ fn exactly_once_holds_under_seeded_fault_schedules() {
             "fatal",
             "aborted input records",
             "concurrent transactions",
+            "buffered transactions",
         ] {
             assert!(
                 effects.get(effect).is_some_and(|n| *n > 0),
@@ -134,7 +137,7 @@ fn concurrent_sends_survive_a_failed_add_partitions() {
             txn: 1,
             millis: 6000,
         }],
-        concurrent: true,
+        sends: Sends::Concurrent,
         input_transactions: Vec::new(),
         partition_verification: false,
     };
