@@ -1175,10 +1175,14 @@ async fn run_instance(
                 if let Ok(result) = end {
                     match result {
                         Ok(()) => {}
-                        // A timed-out transaction fences the commit.
+                        // A buffered record failed (the instance dies
+                        // before it can abort), or a timed-out transaction
+                        // fenced the commit.
                         Err(e)
-                            if timed_out
-                                && e.transaction_class() == Some(TransactionErrorClass::Fatal) => {}
+                            if e.transaction_class() == Some(TransactionErrorClass::Abortable)
+                                || (timed_out
+                                    && e.transaction_class()
+                                        == Some(TransactionErrorClass::Fatal)) => {}
                         Err(e) => return Err(format!("commit: {e}")),
                     }
                 }
