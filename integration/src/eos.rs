@@ -80,6 +80,7 @@ use weir_client::transaction::{
 };
 use weir_client::{ClientError, Cluster};
 use weir_protocol::ApiKey;
+use weir_protocol::kafka_protocol::messages::RequestKind;
 use weir_protocol::records::{ControlKind, DecodeOptions, decode_batches};
 use weir_testkit::{
     ClientSelector, FaultId, Intercept, InterceptAction, PartitionTarget, RequestMatcher,
@@ -586,6 +587,8 @@ pub struct Observed {
     pub recovered: usize,
     /// What the faults did, by name: `<kind> fired` for each intercept of a
     /// fault that hit a request (a [`Fault::kind`]), `leader moved`,
+    /// `Produce sent to a moved partition's old leader` (answered
+    /// `NOT_LEADER_OR_FOLLOWER`),
     /// `transaction timed out` (the coordinator aborted it),
     /// `aborted input records`, `concurrent transactions` and `buffered
     /// transactions` (with more than
@@ -824,7 +827,7 @@ async fn run(schedule: &Schedule) -> Result<Observed, String> {
     // where the application's committed offsets must end.
     let ends = load_input(&kit, schedule, &mut observed).await?;
     let mut txn = 0usize;
-    let mut installed = Vec::new();
+    let mut installed = Installed::default();
     // Each instance runs until done or killed; a kill hands over.
     loop {
         observed.instances += 1;
@@ -859,10 +862,26 @@ async fn run(schedule: &Schedule) -> Result<Observed, String> {
         .filter(|(_, end)| **end > 0)
         .map(|(tp, end)| (tp.partition, *end))
         .collect();
-    for (kind, id) in std::mem::take(&mut installed) {
+    for (kind, id) in std::mem::take(&mut installed.intercepts) {
         // A counted intercept is gone once it hit its request.
         if !kit.remove_fault(id).await.map_err(|e| e.to_string())? {
             observed.effect(&format!("{kind} fired"));
+        }
+    }
+    // A Produce for a moved partition that still went to its old leader
+    // was answered NOT_LEADER_OR_FOLLOWER.
+    let requests = kit.requests().await.map_err(|e| e.to_string())?;
+    for (partition, old, at) in &installed.moves {
+        let stale = requests.iter().any(|r| {
+            r.at >= *at
+                && r.broker_id == *old
+                && matches!(&r.body, RequestKind::Produce(p) if p.topic_data.iter().any(|t| {
+                    t.name.0.as_str() == OUTPUT
+                        && t.partition_data.iter().any(|d| d.index == *partition)
+                }))
+        });
+        if stale {
+            observed.effect("Produce sent to a moved partition's old leader");
         }
     }
     observed.output = read_committed(&kit, reader).await?;
@@ -961,9 +980,15 @@ async fn load_input(
 /// longer than this.
 const TRANSACTION_TIMEOUT: Duration = Duration::from_secs(60);
 
-/// Intercepts installed by the faults, with the fault's kind: one that is
-/// gone at the end of the run hit its request.
-type Installed = Vec<(&'static str, FaultId)>;
+/// What the faults installed, to count their effects at the end.
+#[derive(Default)]
+struct Installed {
+    /// Counted intercepts, with the fault's kind: one that is gone at the
+    /// end of the run hit its request.
+    intercepts: Vec<(&'static str, FaultId)>,
+    /// Leader moves: the output partition, its old leader and when.
+    moves: Vec<(i32, i32, tokio::time::Instant)>,
+}
 
 /// Returns whether the input is fully processed (false: killed or fenced).
 async fn run_instance(
@@ -1352,6 +1377,9 @@ async fn inject(
                 .await
                 .map_err(|e| e.to_string())?;
             observed.effect("leader moved");
+            installed
+                .moves
+                .push((partition, from, tokio::time::Instant::now()));
             return Ok(());
         }
         Fault::StalledAddPartitions { millis, .. } if now == Moment::BeforeBegin => {
@@ -1369,7 +1397,7 @@ async fn inject(
                 )
                 .await
                 .map_err(|e| e.to_string())?;
-            installed.push((fault.kind(), first));
+            installed.intercepts.push((fault.kind(), first));
             let stall = kit
                 .intercept(Intercept::new(matcher, InterceptAction::Drop))
                 .await
@@ -1430,7 +1458,7 @@ async fn inject(
         .intercept(intercept.times(1))
         .await
         .map_err(|e| e.to_string())?;
-    installed.push((fault.kind(), id));
+    installed.intercepts.push((fault.kind(), id));
     Ok(())
 }
 

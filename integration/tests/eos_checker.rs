@@ -104,6 +104,7 @@ fn exactly_once_holds_under_seeded_fault_schedules() {
             "DelayedProduce fired",
             "SequenceError fired",
             "leader moved",
+            "Produce sent to a moved partition's old leader",
             "transaction timed out",
             "fatal",
             "aborted input records",
