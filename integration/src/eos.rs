@@ -81,7 +81,7 @@ use weir_client::transaction::{
 use weir_client::{ClientError, Cluster};
 use weir_protocol::ApiKey;
 use weir_protocol::kafka_protocol::messages::RequestKind;
-use weir_protocol::records::{ControlKind, DecodeOptions, decode_batches};
+use weir_protocol::records::{ControlKind, DecodeOptions, decode_batches, split_batches};
 use weir_testkit::{
     ClientSelector, FaultId, Intercept, InterceptAction, PartitionTarget, RequestMatcher,
 };
@@ -588,7 +588,8 @@ pub struct Observed {
     /// What the faults did, by name: `<kind> fired` for each intercept of a
     /// fault that hit a request (a [`Fault::kind`]), `leader moved`,
     /// `Produce sent to a moved partition's old leader` (answered
-    /// `NOT_LEADER_OR_FOLLOWER`),
+    /// `NOT_LEADER_OR_FOLLOWER`), `Produce batch sent again` (a retry with
+    /// the same sequence, which the leader must deduplicate),
     /// `transaction timed out` (the coordinator aborted it),
     /// `aborted input records`, `concurrent transactions` and `buffered
     /// transactions` (with more than
@@ -868,9 +869,33 @@ async fn run(schedule: &Schedule) -> Result<Observed, String> {
             observed.effect(&format!("{kind} fired"));
         }
     }
+    let requests = kit.requests().await.map_err(|e| e.to_string())?;
+    // A batch sent again with the same producer id, epoch and sequence (a
+    // retry after a lost or late response, or a timeout): the leader's
+    // sequence check must acknowledge it without a second copy.
+    let mut sent = BTreeSet::new();
+    let mut resent = 0;
+    for r in &requests {
+        let RequestKind::Produce(p) = &r.body else {
+            continue;
+        };
+        for t in p.topic_data.iter().filter(|t| t.name.0.as_str() == OUTPUT) {
+            for d in &t.partition_data {
+                let Some(records) = &d.records else { continue };
+                for (h, _) in split_batches(records).unwrap_or_default() {
+                    let key = (d.index, h.producer_id, h.producer_epoch, h.base_sequence);
+                    if !sent.insert(key) {
+                        resent += 1;
+                    }
+                }
+            }
+        }
+    }
+    for _ in 0..resent {
+        observed.effect("Produce batch sent again");
+    }
     // A Produce for a moved partition that still went to its old leader
     // was answered NOT_LEADER_OR_FOLLOWER.
-    let requests = kit.requests().await.map_err(|e| e.to_string())?;
     for (partition, old, at) in &installed.moves {
         let stale = requests.iter().any(|r| {
             r.at >= *at

@@ -103,6 +103,7 @@ fn exactly_once_holds_under_seeded_fault_schedules() {
             "LostProduceResponse fired",
             "DelayedProduce fired",
             "SequenceError fired",
+            "Produce batch sent again",
             "leader moved",
             "Produce sent to a moved partition's old leader",
             "transaction timed out",
