@@ -11,18 +11,36 @@
 //! prescribes: after an abortable error (or a retriable one that outlasted
 //! the API timeout) the instance aborts, rewinds to its committed positions
 //! and redoes the work; a retriable `commit` is called again; a fenced
-//! instance stops and a new one takes over.
+//! instance stops and a new one takes over. Instances run one after
+//! another, so the only legitimate fence of a live instance is the
+//! coordinator's abort of its own timed-out transaction: any other fatal
+//! error fails the run.
 //!
-//! **Faults** ([`Fault`]), drawn from the seed: an instance killed at a step
-//! of a transaction, a transaction the application aborts, retriable
-//! coordinator errors (`CONCURRENT_TRANSACTIONS`, `NOT_COORDINATOR`,
+//! **Faults** ([`Fault`]), drawn from the seed, up to eight per schedule
+//! over 8 to 48 inputs: an instance killed at a step of a transaction, a
+//! transaction the application aborts, retriable coordinator errors
+//! (`CONCURRENT_TRANSACTIONS`, `NOT_COORDINATOR`,
 //! `COORDINATOR_LOAD_IN_PROGRESS`), abortable coordinator errors
 //! (`TRANSACTION_ABORTABLE`, a zombie's `ILLEGAL_GENERATION`), a lost EndTxn
-//! response, a dropped
-//! coordinator connection, a network partition between the producer and
-//! its transaction coordinator, its group coordinator or an output
-//! partition's leader (healed after a while), and the transactional id's or
-//! the group's coordinator moving to another broker with its state.
+//! response, a dropped coordinator connection, a network partition between
+//! the producer and its transaction coordinator, its group coordinator or
+//! an output partition's leader (healed after a while), the transactional
+//! id's or the group's coordinator moving to another broker with its state,
+//! a lost or late Produce response (the idempotent deduplication path), an
+//! output partition's leader moving (`NOT_LEADER_OR_FOLLOWER` at the old
+//! one), `OUT_OF_ORDER_SEQUENCE_NUMBER` or `UNKNOWN_PRODUCER_ID` answers to
+//! Produce, a transaction that outlives `transaction.timeout.ms` (the
+//! coordinator aborts it and fences the instance), and AddPartitionsToTxn
+//! going unanswered after the transaction's first one (with concurrent
+//! sends, the race of review finding M2).
+//!
+//! **Shapes**, also drawn from the seed: the instance sends a
+//! transaction's records one after another or all at once from concurrent
+//! tasks; the input is plain or written by a transactional producer that
+//! aborts some of its transactions (whose records must never be
+//! processed); and the brokers verify transactional partitions with the
+//! coordinator (Kafka 3.6+) or not (older brokers, where a batch for a
+//! partition the client never added is written and hangs).
 //!
 //! **Time.** The cluster has [`BROKERS`] brokers and is reached in memory
 //! ([`crate::testkit_dial`]); run a schedule on tokio's paused clock (as
@@ -34,8 +52,9 @@
 //! once independently, by decoding the testkit's raw log of each output
 //! partition and applying Kafka's visibility rule to its batches and
 //! markers ([`visible_in_log`]). Both readings must agree, and in each,
-//! every input id appears exactly once and no record of a transaction known
-//! to be aborted is visible. At the end every output partition's last
+//! every input id appears exactly once, no record of a transaction known
+//! to be aborted is visible, and nothing is the output of an aborted input
+//! record. At the end every output partition's last
 //! stable offset must equal its high watermark and the transaction
 //! coordinator must have no unfinished transaction (nothing hangs), and the
 //! committed offsets must be the ends of the input partitions.
@@ -61,8 +80,11 @@ use weir_client::transaction::{
 };
 use weir_client::{ClientError, Cluster};
 use weir_protocol::ApiKey;
-use weir_protocol::records::{ControlKind, DecodeOptions, decode_batches};
-use weir_testkit::{ClientSelector, Intercept, InterceptAction, PartitionTarget, RequestMatcher};
+use weir_protocol::kafka_protocol::messages::RequestKind;
+use weir_protocol::records::{ControlKind, DecodeOptions, decode_batches, split_batches};
+use weir_testkit::{
+    ClientSelector, FaultId, Intercept, InterceptAction, PartitionTarget, RequestMatcher,
+};
 
 use crate::testkit_dial::client_config;
 
@@ -183,6 +205,72 @@ pub enum Fault {
         /// How long it lasts.
         millis: u64,
     },
+    /// The leader of one Produce request to an output partition writes its
+    /// batches but the response is lost: the client times out and sends
+    /// the same batches again, which the leader must recognise by their
+    /// sequence numbers and acknowledge without writing them twice.
+    LostProduceResponse {
+        /// Transaction number.
+        txn: usize,
+        /// When it is installed (it hits the next Produce).
+        at: Moment,
+    },
+    /// One Produce request is handled only after `millis` ms: past the
+    /// request timeout, the client sends the batches again while the
+    /// first attempt is still on its way.
+    DelayedProduce {
+        /// Transaction number.
+        txn: usize,
+        /// When it is installed.
+        at: Moment,
+        /// How long the first attempt is held.
+        millis: u64,
+    },
+    /// The leadership of an output partition moves to another broker
+    /// (leader epoch + 1); Produce still sent to the old leader is
+    /// answered `NOT_LEADER_OR_FOLLOWER`.
+    MoveLeader {
+        /// Transaction number.
+        txn: usize,
+        /// When it moves.
+        at: Moment,
+        /// The output partition.
+        partition: i32,
+        /// Brokers to move by (1 or 2, modulo [`BROKERS`]).
+        by: i32,
+    },
+    /// Once the transaction has written, one Produce is refused, unwritten,
+    /// with `code`: `OUT_OF_ORDER_SEQUENCE_NUMBER` (45), as a leader
+    /// answers a batch whose sequence does not follow the producer state
+    /// it has (after losing the tail of its log), or `UNKNOWN_PRODUCER_ID`
+    /// (59), as a broker before Kafka 2.5 answers once retention deleted
+    /// the producer's state. Both fail the batch; the transaction must be
+    /// aborted and redone, on a new epoch.
+    SequenceError {
+        /// Transaction number.
+        txn: usize,
+        /// 45 or 59.
+        code: i16,
+    },
+    /// The transaction coordinator answers the transaction's first
+    /// AddPartitionsToTxn after 100 ms and then none for `millis` ms (more
+    /// than the 5 s API timeout): with concurrent sends, the callers queued
+    /// behind the first one have their partitions taken by a request that
+    /// fails as retriable, the race of review finding M2.
+    StalledAddPartitions {
+        /// Transaction number.
+        txn: usize,
+        /// How long AddPartitionsToTxn goes unanswered.
+        millis: u64,
+    },
+    /// After its first record, the application stalls for longer than
+    /// `transaction.timeout.ms`: the coordinator aborts the transaction
+    /// and bumps the epoch, so the instance is fenced and a new one redoes
+    /// the work.
+    TransactionTimeout {
+        /// Transaction number.
+        txn: usize,
+    },
     /// The coordinator of the transactional id or of the group moves to
     /// another broker, state included; the old one answers NOT_COORDINATOR.
     MoveCoordinator {
@@ -207,10 +295,81 @@ impl Fault {
             | Fault::DroppedConnection { txn }
             | Fault::AbortableError { txn, .. }
             | Fault::Partition { txn, .. }
+            | Fault::LostProduceResponse { txn, .. }
+            | Fault::DelayedProduce { txn, .. }
+            | Fault::MoveLeader { txn, .. }
+            | Fault::SequenceError { txn, .. }
+            | Fault::TransactionTimeout { txn }
+            | Fault::StalledAddPartitions { txn, .. }
             | Fault::MoveCoordinator { txn, .. } => txn,
         }
     }
+
+    /// The variant's name, as counted in [`Observed::effects`].
+    pub fn kind(self) -> &'static str {
+        match self {
+            Fault::Kill { .. } => "Kill",
+            Fault::Abort { .. } => "Abort",
+            Fault::CoordinatorError { .. } => "CoordinatorError",
+            Fault::LostEndTxnResponse { .. } => "LostEndTxnResponse",
+            Fault::DroppedConnection { .. } => "DroppedConnection",
+            Fault::AbortableError { .. } => "AbortableError",
+            Fault::Partition { .. } => "Partition",
+            Fault::LostProduceResponse { .. } => "LostProduceResponse",
+            Fault::DelayedProduce { .. } => "DelayedProduce",
+            Fault::MoveLeader { .. } => "MoveLeader",
+            Fault::SequenceError { .. } => "SequenceError",
+            Fault::TransactionTimeout { .. } => "TransactionTimeout",
+            Fault::StalledAddPartitions { .. } => "StalledAddPartitions",
+            Fault::MoveCoordinator { .. } => "MoveCoordinator",
+        }
+    }
 }
+
+/// Every [`Fault::kind`], for coverage checks over many seeds.
+pub const FAULT_KINDS: [&str; 14] = [
+    "Kill",
+    "Abort",
+    "CoordinatorError",
+    "LostEndTxnResponse",
+    "DroppedConnection",
+    "AbortableError",
+    "Partition",
+    "LostProduceResponse",
+    "DelayedProduce",
+    "MoveLeader",
+    "SequenceError",
+    "TransactionTimeout",
+    "StalledAddPartitions",
+    "MoveCoordinator",
+];
+
+/// How an instance sends the records of a transaction.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Sends {
+    /// `send` after `send`, each acknowledgement awaited.
+    Sequential,
+    /// Every `send` on its own task, all in flight at once: callers race
+    /// in AddPartitionsToTxn and in the producer.
+    Concurrent,
+    /// `enqueue` after `enqueue` without awaiting the deliveries (as a
+    /// stream thread does), then `commit`, which must wait for them all
+    /// and refuse if one failed.
+    Buffered,
+}
+
+/// One transaction of the transactional input loader.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct InputTxn {
+    /// Records it writes.
+    pub records: usize,
+    /// Whether the loader aborts it: its records carry ids from
+    /// [`ABORTED_INPUT_BASE`] on and must never be processed.
+    pub aborted: bool,
+}
+
+/// The first id of the records of aborted input transactions.
+pub const ABORTED_INPUT_BASE: usize = 1_000_000;
 
 /// A replayable fault schedule.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -223,32 +382,60 @@ pub struct Schedule {
     pub per_txn: usize,
     /// Faults, in transaction order.
     pub faults: Vec<Fault>,
+    /// How the instance sends a transaction's records.
+    pub sends: Sends,
+    /// Empty: the input is written without transactions. Otherwise the
+    /// input is written by a transactional producer in these transactions,
+    /// in order; the committed ones hold the `inputs` ids.
+    pub input_transactions: Vec<InputTxn>,
+    /// Whether the brokers verify a transactional batch's partition with
+    /// the coordinator before appending it (Kafka 3.6+,
+    /// `transaction.partition.verification.enable`). Without it, as in
+    /// older brokers, a batch for a partition the client never added is
+    /// written and hangs, and nothing on the broker hides a client bug.
+    pub partition_verification: bool,
 }
 
 impl fmt::Display for Schedule {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "seed {} ({} inputs, {} per transaction): {:?}",
-            self.seed, self.inputs, self.per_txn, self.faults
+            "seed {} ({} inputs, {} per transaction, {:?} sends, {} input, {}): {:?}",
+            self.seed,
+            self.inputs,
+            self.per_txn,
+            self.sends,
+            if self.input_transactions.is_empty() {
+                "plain".to_owned()
+            } else {
+                format!("transactional {:?}", self.input_transactions)
+            },
+            if self.partition_verification {
+                "partition verification"
+            } else {
+                "no partition verification"
+            },
+            self.faults
         )
     }
 }
 
 impl Schedule {
-    /// Draws a schedule from `seed`: up to four faults over the
-    /// transactions of the run. Partitions last 50 ms to 8 s: the shorter
-    /// ones the client rides out by itself, the ones past its 5 s API
-    /// timeout reach the application as retriable errors.
+    /// Draws a schedule from `seed`: 8 to 48 inputs, 1 to 8 per
+    /// transaction, up to eight faults over the transactions of the run,
+    /// sequential, concurrent or buffered sends and transactional input
+    /// (with aborted input transactions) in a third. Partitions last 50 ms
+    /// to 8 s: the shorter ones the client rides out by itself, the ones
+    /// past its 5 s API timeout reach the application as retriable errors.
     pub fn from_seed(seed: u64) -> Schedule {
         let mut rng = StdRng::seed_from_u64(seed);
-        let inputs: usize = rng.random_range(8..=24);
-        let per_txn: usize = rng.random_range(2..=6);
+        let inputs: usize = rng.random_range(8..=48);
+        let per_txn: usize = rng.random_range(1..=8);
         let txns = inputs.div_ceil(per_txn) + 2;
         let mut faults = Vec::new();
-        for _ in 0..rng.random_range(1..=4) {
+        for _ in 0..rng.random_range(1..=8) {
             let txn = rng.random_range(0..txns);
-            let fault = match rng.random_range(0..13) {
+            let fault = match rng.random_range(0..20) {
                 kill @ 0..=3 => Fault::Kill {
                     txn,
                     step: [
@@ -290,6 +477,31 @@ impl Schedule {
                         ApiKey::TxnOffsetCommit
                     },
                 },
+                13 => Fault::LostProduceResponse {
+                    txn,
+                    at: moment(&mut rng),
+                },
+                14 => Fault::DelayedProduce {
+                    txn,
+                    at: moment(&mut rng),
+                    millis: rng.random_range(100..=1500),
+                },
+                15 => Fault::MoveLeader {
+                    txn,
+                    at: moment(&mut rng),
+                    partition: rng.random_range(0..OUTPUT_PARTITIONS),
+                    by: rng.random_range(1..BROKERS),
+                },
+                16 => Fault::SequenceError {
+                    txn,
+                    // 45 OUT_OF_ORDER_SEQUENCE_NUMBER, 59 UNKNOWN_PRODUCER_ID.
+                    code: if rng.random_bool(0.5) { 45 } else { 59 },
+                },
+                17 => Fault::TransactionTimeout { txn },
+                18 => Fault::StalledAddPartitions {
+                    txn,
+                    millis: rng.random_range(5500..=9000),
+                },
                 _ => Fault::MoveCoordinator {
                     txn,
                     at: moment(&mut rng),
@@ -304,11 +516,33 @@ impl Schedule {
             faults.push(fault);
         }
         faults.sort_by_key(|f| f.txn());
+        let sends = [Sends::Sequential, Sends::Concurrent, Sends::Buffered][rng.random_range(0..3)];
+        let mut input_transactions = Vec::new();
+        if rng.random_bool(1.0 / 3.0) {
+            let mut committed = 0;
+            while committed < inputs {
+                let aborted = rng.random_bool(0.3);
+                let records = rng.random_range(1..=6);
+                let records = if aborted {
+                    records
+                } else {
+                    records.min(inputs - committed)
+                };
+                if !aborted {
+                    committed += records;
+                }
+                input_transactions.push(InputTxn { records, aborted });
+            }
+        }
+        let partition_verification = rng.random_bool(0.5);
         Schedule {
             seed,
             inputs,
             per_txn,
             faults,
+            sends,
+            input_transactions,
+            partition_verification,
         }
     }
 }
@@ -351,6 +585,22 @@ pub struct Observed {
     /// Transactions aborted by the application after an abortable or
     /// retriable error, then redone.
     pub recovered: usize,
+    /// What the faults did, by name: `<kind> fired` for each intercept of a
+    /// fault that hit a request (a [`Fault::kind`]), `leader moved`,
+    /// `Produce sent to a moved partition's old leader` (answered
+    /// `NOT_LEADER_OR_FOLLOWER`), `Produce batch sent again` (a retry with
+    /// the same sequence, which the leader must deduplicate),
+    /// `transaction timed out` (the coordinator aborted it),
+    /// `aborted input records`, `concurrent transactions` and `buffered
+    /// transactions` (with more than
+    /// one record in flight) and `fatal` (instances ended by a fatal error).
+    pub effects: BTreeMap<String, usize>,
+}
+
+impl Observed {
+    fn effect(&mut self, name: &str) {
+        *self.effects.entry(name.to_owned()).or_default() += 1;
+    }
 }
 
 /// A broken exactly-once guarantee, or a run that could not finish.
@@ -434,6 +684,11 @@ fn check_reading(
             parse_output(value).ok_or_else(|| format!("{name}: malformed output {value:?}"))?;
         if aborted.contains(tag) {
             return Err(format!("{name}: {value} belongs to an aborted transaction"));
+        }
+        if id >= ABORTED_INPUT_BASE {
+            return Err(format!(
+                "{name}: {value} is the output of input {id}, written by an aborted input transaction"
+            ));
         }
         seen.entry(id).or_default().push(tag);
     }
@@ -556,6 +811,7 @@ async fn run(schedule: &Schedule) -> Result<Observed, String> {
     let kit: Kit = Arc::new(
         weir_testkit::Cluster::builder()
             .brokers(BROKERS)
+            .transaction_partition_verification(schedule.partition_verification)
             .build()
             .await
             .map_err(|e| e.to_string())?,
@@ -567,30 +823,27 @@ async fn run(schedule: &Schedule) -> Result<Observed, String> {
     kit.create_topic(OUTPUT, OUTPUT_PARTITIONS, no_configs)
         .await
         .map_err(|e| e.to_string())?;
-    let loader = Producer::with_cluster(client(&kit, "loader").await?, ProducerOptions::default())
-        .map_err(|e| e.to_string())?;
-    for id in 0..schedule.inputs {
-        let partition = i32::try_from(id).unwrap_or(0) % INPUT_PARTITIONS;
-        loader
-            .send(
-                ProducerRecord::new(INPUT)
-                    .with_partition(partition)
-                    .with_value(id.to_string()),
-            )
-            .await
-            .map_err(|e| e.to_string())?;
-    }
-    loader.close().await;
-
     let mut observed = Observed::default();
+    // The offset after the last committed input record of each partition:
+    // where the application's committed offsets must end.
+    let ends = load_input(&kit, schedule, &mut observed).await?;
     let mut txn = 0usize;
+    let mut installed = Installed::default();
     // Each instance runs until done or killed; a kill hands over.
     loop {
         observed.instances += 1;
         if observed.instances > schedule.faults.len() + 2 {
             return Err("more instances than kills".to_owned());
         }
-        let done = run_instance(&kit, schedule, &mut txn, &mut observed).await?;
+        let done = run_instance(
+            &kit,
+            schedule,
+            &ends,
+            &mut txn,
+            &mut installed,
+            &mut observed,
+        )
+        .await?;
         if done {
             break;
         }
@@ -605,10 +858,55 @@ async fn run(schedule: &Schedule) -> Result<Observed, String> {
         .await
         .map_err(|e| e.to_string())?;
     observed.offsets = offsets.iter().map(|(tp, o)| (tp.partition, *o)).collect();
-    for p in 0..INPUT_PARTITIONS {
-        let (_, _, hw) = kit.offsets(INPUT, p).await.map_err(|e| e.to_string())?;
-        if hw > 0 {
-            observed.input_ends.insert(p, hw);
+    observed.input_ends = ends
+        .iter()
+        .filter(|(_, end)| **end > 0)
+        .map(|(tp, end)| (tp.partition, *end))
+        .collect();
+    for (kind, id) in std::mem::take(&mut installed.intercepts) {
+        // A counted intercept is gone once it hit its request.
+        if !kit.remove_fault(id).await.map_err(|e| e.to_string())? {
+            observed.effect(&format!("{kind} fired"));
+        }
+    }
+    let requests = kit.requests().await.map_err(|e| e.to_string())?;
+    // A batch sent again with the same producer id, epoch and sequence (a
+    // retry after a lost or late response, or a timeout): the leader's
+    // sequence check must acknowledge it without a second copy.
+    let mut sent = BTreeSet::new();
+    let mut resent = 0;
+    for r in &requests {
+        let RequestKind::Produce(p) = &r.body else {
+            continue;
+        };
+        for t in p.topic_data.iter().filter(|t| t.name.0.as_str() == OUTPUT) {
+            for d in &t.partition_data {
+                let Some(records) = &d.records else { continue };
+                for (h, _) in split_batches(records).unwrap_or_default() {
+                    let key = (d.index, h.producer_id, h.producer_epoch, h.base_sequence);
+                    if !sent.insert(key) {
+                        resent += 1;
+                    }
+                }
+            }
+        }
+    }
+    for _ in 0..resent {
+        observed.effect("Produce batch sent again");
+    }
+    // A Produce for a moved partition that still went to its old leader
+    // was answered NOT_LEADER_OR_FOLLOWER.
+    for (partition, old, at) in &installed.moves {
+        let stale = requests.iter().any(|r| {
+            r.at >= *at
+                && r.broker_id == *old
+                && matches!(&r.body, RequestKind::Produce(p) if p.topic_data.iter().any(|t| {
+                    t.name.0.as_str() == OUTPUT
+                        && t.partition_data.iter().any(|d| d.index == *partition)
+                }))
+        });
+        if stale {
+            observed.effect("Produce sent to a moved partition's old leader");
         }
     }
     observed.output = read_committed(&kit, reader).await?;
@@ -630,49 +928,127 @@ async fn run(schedule: &Schedule) -> Result<Observed, String> {
     Ok(observed)
 }
 
-/// Returns whether the input is fully processed (false: killed).
+/// Writes the input: plainly, or in the schedule's input transactions
+/// (committed ones carry the ids `0..inputs`, aborted ones ids from
+/// [`ABORTED_INPUT_BASE`] on). Returns the offset after the last committed
+/// record of each input partition (0 if it has none).
+async fn load_input(
+    kit: &Kit,
+    schedule: &Schedule,
+    observed: &mut Observed,
+) -> Result<BTreeMap<TopicPartition, i64>, String> {
+    let mut ends: BTreeMap<TopicPartition, i64> = (0..INPUT_PARTITIONS)
+        .map(|p| (TopicPartition::new(INPUT, p), 0))
+        .collect();
+    let record = |id: usize| {
+        ProducerRecord::new(INPUT)
+            .with_partition(i32::try_from(id).unwrap_or(0) % INPUT_PARTITIONS)
+            .with_value(id.to_string())
+    };
+    if schedule.input_transactions.is_empty() {
+        let loader =
+            Producer::with_cluster(client(kit, "loader").await?, ProducerOptions::default())
+                .map_err(|e| e.to_string())?;
+        for id in 0..schedule.inputs {
+            let md = loader.send(record(id)).await.map_err(|e| e.to_string())?;
+            ends.insert(TopicPartition::new(INPUT, md.partition), md.offset + 1);
+        }
+        loader.close().await;
+        return Ok(ends);
+    }
+    let loader = TransactionalProducer::with_cluster(
+        client(kit, "loader").await?,
+        ProducerOptions::default(),
+        TransactionConfig::new("eos-loader"),
+    )
+    .map_err(|e| e.to_string())?;
+    loader
+        .init_transactions()
+        .await
+        .map_err(|e| format!("loader: {e}"))?;
+    let (mut committed, mut aborted) = (0, ABORTED_INPUT_BASE);
+    for t in &schedule.input_transactions {
+        loader.begin().map_err(|e| format!("loader: {e}"))?;
+        let mut written = Vec::new();
+        for _ in 0..t.records {
+            let id = if t.aborted {
+                aborted += 1;
+                aborted - 1
+            } else {
+                committed += 1;
+                committed - 1
+            };
+            let md = loader
+                .send(record(id))
+                .await
+                .map_err(|e| format!("loader: {e}"))?;
+            written.push(md);
+        }
+        if t.aborted {
+            loader.abort().await.map_err(|e| format!("loader: {e}"))?;
+            for _ in &written {
+                observed.effect("aborted input records");
+            }
+        } else {
+            loader.commit().await.map_err(|e| format!("loader: {e}"))?;
+            for md in written {
+                ends.insert(TopicPartition::new(INPUT, md.partition), md.offset + 1);
+            }
+        }
+    }
+    loader.close().await;
+    Ok(ends)
+}
+
+/// How long the instance's transactions may stay open
+/// (`transaction.timeout.ms`); a [`Fault::TransactionTimeout`] stalls
+/// longer than this.
+const TRANSACTION_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// What the faults installed, to count their effects at the end.
+#[derive(Default)]
+struct Installed {
+    /// Counted intercepts, with the fault's kind: one that is gone at the
+    /// end of the run hit its request.
+    intercepts: Vec<(&'static str, FaultId)>,
+    /// Leader moves: the output partition, its old leader and when.
+    moves: Vec<(i32, i32, tokio::time::Instant)>,
+}
+
+/// Returns whether the input is fully processed (false: killed or fenced).
 async fn run_instance(
     kit: &Kit,
     schedule: &Schedule,
+    ends: &BTreeMap<TopicPartition, i64>,
     txn: &mut usize,
+    installed: &mut Installed,
     observed: &mut Observed,
 ) -> Result<bool, String> {
     let instance = observed.instances;
     let client_id = format!("app-{instance}");
     let cluster = client(kit, &client_id).await?;
-    let producer = TransactionalProducer::with_cluster(
-        cluster.clone(),
-        ProducerOptions {
-            linger: Duration::from_millis(1),
-            ..ProducerOptions::default()
-        },
-        TransactionConfig::new(TRANSACTIONAL_ID),
-    )
-    .map_err(|e| e.to_string())?;
+    let producer = Arc::new(
+        TransactionalProducer::with_cluster(
+            cluster.clone(),
+            ProducerOptions {
+                linger: Duration::from_millis(1),
+                ..ProducerOptions::default()
+            },
+            TransactionConfig::new(TRANSACTIONAL_ID).with_timeout(TRANSACTION_TIMEOUT),
+        )
+        .map_err(|e| e.to_string())?,
+    );
     producer
         .init_transactions()
         .await
         .map_err(|e| format!("init_transactions: {e}"))?;
-    let tps: Vec<TopicPartition> = (0..INPUT_PARTITIONS)
-        .map(|p| TopicPartition::new(INPUT, p))
-        .collect();
+    let tps: Vec<TopicPartition> = ends.keys().cloned().collect();
     let mut positions: BTreeMap<TopicPartition, i64> =
         tps.iter().map(|tp| (tp.clone(), 0)).collect();
     let stable = fetch_stable_offsets(&cluster, GROUP, &tps)
         .await
         .map_err(|e| format!("fetch_stable_offsets: {e}"))?;
     positions.extend(stable);
-    let ends: BTreeMap<TopicPartition, i64> = {
-        let mut ends = BTreeMap::new();
-        for tp in &tps {
-            let (_, _, hw) = kit
-                .offsets(INPUT, tp.partition)
-                .await
-                .map_err(|e| e.to_string())?;
-            ends.insert(tp.clone(), hw);
-        }
-        ends
-    };
     let mut consumer = Consumer::with_cluster(
         client(kit, &format!("{client_id}-consumer")).await?,
         ConsumerOptions {
@@ -684,6 +1060,9 @@ async fn run_instance(
     );
     consumer.assign(tps.clone());
     let group = GroupMetadata::unchecked(GROUP);
+    // Set once a transaction of this instance outlived its timeout: the
+    // coordinator fenced the epoch, so a fatal error is then expected.
+    let mut timed_out = false;
     'work: loop {
         if positions.iter().all(|(tp, o)| ends.get(tp) == Some(o)) {
             return Ok(true);
@@ -726,8 +1105,19 @@ async fn run_instance(
             _ => None,
         });
         let abort = faults.iter().any(|f| matches!(f, Fault::Abort { .. }));
+        let stall = faults
+            .iter()
+            .any(|f| matches!(f, Fault::TransactionTimeout { .. }));
         for fault in &faults {
-            inject(kit, &cluster, &client_id, *fault, Moment::BeforeBegin).await?;
+            inject(
+                kit,
+                &client_id,
+                *fault,
+                Moment::BeforeBegin,
+                installed,
+                observed,
+            )
+            .await?;
         }
         let tag = format!("i{instance}t{this}");
 
@@ -736,30 +1126,83 @@ async fn run_instance(
             return Ok(false);
         }
         let mut next = positions.clone();
-        // The first failed operation, if any; the recovery follows below.
-        let failed: Option<(&str, ClientError)> = 'txn: {
-            for (i, r) in records.iter().enumerate() {
+        let outputs: Vec<ProducerRecord> = records
+            .iter()
+            .map(|r| {
                 let id =
                     String::from_utf8_lossy(r.value.as_deref().unwrap_or_default()).into_owned();
-                let sent = producer
-                    .send(
-                        ProducerRecord::new(OUTPUT)
-                            .with_key(id.clone())
-                            .with_value(format!("out-{id}@{tag}")),
-                    )
-                    .await;
+                ProducerRecord::new(OUTPUT)
+                    .with_key(id.clone())
+                    .with_value(format!("out-{id}@{tag}"))
+            })
+            .collect();
+        let mut sends = Vec::with_capacity(outputs.len());
+        if schedule.sends != Sends::Sequential && outputs.len() > 1 {
+            observed.effect(match schedule.sends {
+                Sends::Concurrent => "concurrent transactions",
+                _ => "buffered transactions",
+            });
+        }
+        if schedule.sends == Sends::Concurrent {
+            for record in outputs {
+                let producer = Arc::clone(&producer);
+                sends.push(Sending::Spawned(tokio::spawn(async move {
+                    producer.send(record).await.map(|_| ())
+                })));
+            }
+        } else {
+            sends.extend(outputs.into_iter().map(Sending::Later));
+        }
+        // The first failed operation, if any; the recovery follows below.
+        let failed: Option<(&str, ClientError)> = 'txn: {
+            let mut failed_send = None;
+            for (i, (sending, r)) in sends.into_iter().zip(&records).enumerate() {
+                let sent = match sending {
+                    Sending::Later(record) if schedule.sends == Sends::Buffered => {
+                        match producer.enqueue(record).await {
+                            // Only the first acknowledgement is awaited (for
+                            // the faults that start after it); `commit`
+                            // waits for the others and refuses if one failed.
+                            Ok(delivery) if i == 0 => delivery.await.map(|_| ()),
+                            Ok(_) => Ok(()),
+                            Err(e) => Err(e),
+                        }
+                    }
+                    Sending::Later(record) => producer.send(record).await.map(|_| ()),
+                    Sending::Spawned(task) => task.await.map_err(|e| e.to_string())?,
+                };
                 if let Err(e) = sent {
+                    if schedule.sends == Sends::Concurrent {
+                        // The others are in flight: wait for them too.
+                        failed_send.get_or_insert(e);
+                        continue;
+                    }
                     break 'txn Some(("send", e));
                 }
                 next.insert(TopicPartition::new(INPUT, r.partition), r.offset + 1);
                 if i == 0 {
                     for fault in &faults {
-                        inject(kit, &cluster, &client_id, *fault, Moment::AfterSend).await?;
+                        inject(
+                            kit,
+                            &client_id,
+                            *fault,
+                            Moment::AfterSend,
+                            installed,
+                            observed,
+                        )
+                        .await?;
                     }
                     if kill == Some(Step::AfterSend) {
                         return Ok(false);
                     }
+                    if stall {
+                        outlive_transaction_timeout(kit, &tag, observed).await?;
+                        timed_out = true;
+                    }
                 }
+            }
+            if let Some(e) = failed_send {
+                break 'txn Some(("send", e));
             }
             if let Err(e) = producer.send_offsets_to_transaction(&next, &group).await {
                 break 'txn Some(("send_offsets_to_transaction", e));
@@ -780,7 +1223,18 @@ async fn run_instance(
                 // The instance dies once EndTxn has reached the coordinator.
                 let end = tokio::time::timeout(Duration::from_millis(150), producer.commit()).await;
                 if let Ok(result) = end {
-                    result.map_err(|e| format!("commit: {e}"))?;
+                    match result {
+                        Ok(()) => {}
+                        // A buffered record failed (the instance dies
+                        // before it can abort), or a timed-out transaction
+                        // fenced the commit.
+                        Err(e)
+                            if e.transaction_class() == Some(TransactionErrorClass::Abortable)
+                                || (timed_out
+                                    && e.transaction_class()
+                                        == Some(TransactionErrorClass::Fatal)) => {}
+                        Err(e) => return Err(format!("commit: {e}")),
+                    }
                 }
                 return Ok(false);
             }
@@ -798,7 +1252,7 @@ async fn run_instance(
                     {
                         continue;
                     }
-                    Err(e) => return Err(format!("commit (attempt {}): {e}", attempt + 1)),
+                    Err(e) => break 'txn Some(("commit", e)),
                 }
             }
             positions = next;
@@ -809,9 +1263,20 @@ async fn run_instance(
         if let Some((operation, e)) = failed {
             match e.transaction_class() {
                 // Fenced: this instance is done; a new one takes over.
-                Some(TransactionErrorClass::Fatal) => return Ok(false),
+                Some(TransactionErrorClass::Fatal) if timed_out => {
+                    observed.effect("fatal");
+                    return Ok(false);
+                }
+                // Nothing fenced this instance: its predecessors are gone
+                // and no transaction of its own timed out.
+                Some(TransactionErrorClass::Fatal) => {
+                    return Err(format!("{operation}: fatal, but nothing fenced: {e}"));
+                }
                 // Abort, rewind to the committed positions, redo.
-                Some(TransactionErrorClass::Abortable | TransactionErrorClass::Retriable) => {
+                Some(TransactionErrorClass::Abortable) => {
+                    observed.recovered += 1;
+                }
+                Some(TransactionErrorClass::Retriable) if operation != "commit" => {
                     observed.recovered += 1;
                 }
                 _ => return Err(format!("{operation}: {e}")),
@@ -822,6 +1287,10 @@ async fn run_instance(
             match producer.abort().await {
                 Ok(()) => break,
                 Err(e) if e.transaction_class() == Some(TransactionErrorClass::Fatal) => {
+                    if !timed_out {
+                        return Err(format!("abort: fatal, but nothing fenced: {e}"));
+                    }
+                    observed.effect("fatal");
                     return Ok(false);
                 }
                 Err(e)
@@ -837,14 +1306,57 @@ async fn run_instance(
     }
 }
 
-/// Applies the part of `fault` that starts at `now`: intercepts and kills
-/// before `begin`, partitions and coordinator moves at their own moment.
+/// A record of the transaction, to send now or already on its way.
+enum Sending {
+    Later(ProducerRecord),
+    Spawned(tokio::task::JoinHandle<Result<(), ClientError>>),
+}
+
+/// The application stalls past `transaction.timeout.ms` with its
+/// transaction open; the coordinator must abort it (then `tag` counts as
+/// aborted).
+async fn outlive_transaction_timeout(
+    kit: &Kit,
+    tag: &str,
+    observed: &mut Observed,
+) -> Result<(), String> {
+    let open = |unfinished: Vec<(String, &'static str)>| {
+        unfinished.iter().any(|(id, _)| id == TRANSACTIONAL_ID)
+    };
+    let before = open(
+        kit.unfinished_transactions()
+            .await
+            .map_err(|e| e.to_string())?,
+    );
+    tokio::time::sleep(TRANSACTION_TIMEOUT + Duration::from_secs(1)).await;
+    let after = open(
+        kit.unfinished_transactions()
+            .await
+            .map_err(|e| e.to_string())?,
+    );
+    if before && !after {
+        observed.effect("transaction timed out");
+    }
+    if after {
+        return Err(format!(
+            "transaction {tag} is still open past transaction.timeout.ms"
+        ));
+    }
+    // Whatever the instance does next, this transaction was aborted.
+    observed.aborted.insert(tag.to_owned());
+    Ok(())
+}
+
+/// Applies the part of `fault` that starts at `now`: intercepts before
+/// `begin` (a sequence error after the first send), partitions, leader and
+/// coordinator moves at their own moment.
 async fn inject(
     kit: &Kit,
-    cluster: &Cluster,
     client_id: &str,
     fault: Fault,
     now: Moment,
+    installed: &mut Installed,
+    observed: &mut Observed,
 ) -> Result<(), String> {
     let intercept = match fault {
         Fault::Partition {
@@ -853,12 +1365,7 @@ async fn inject(
             let target = match target {
                 CutOff::TxnCoordinator => PartitionTarget::TxnCoordinator(TRANSACTIONAL_ID.into()),
                 CutOff::GroupCoordinator => PartitionTarget::GroupCoordinator(GROUP.into()),
-                CutOff::LeaderOf(p) => PartitionTarget::Broker(
-                    cluster
-                        .partition_leader(OUTPUT, p)
-                        .await
-                        .map_err(|e| e.to_string())?,
-                ),
+                CutOff::LeaderOf(p) => PartitionTarget::Broker(leader_of(kit, p).await?),
             };
             let id = kit
                 .partition_client(ClientSelector::ClientId(client_id.to_owned()), target)
@@ -887,7 +1394,65 @@ async fn inject(
             }
             return Ok(());
         }
-        Fault::Partition { .. } | Fault::MoveCoordinator { .. } => return Ok(()),
+        Fault::MoveLeader {
+            at, partition, by, ..
+        } if at == now => {
+            let from = leader_of(kit, partition).await?;
+            kit.move_leader(OUTPUT, partition, (from + by) % BROKERS)
+                .await
+                .map_err(|e| e.to_string())?;
+            observed.effect("leader moved");
+            installed
+                .moves
+                .push((partition, from, tokio::time::Instant::now()));
+            return Ok(());
+        }
+        Fault::StalledAddPartitions { millis, .. } if now == Moment::BeforeBegin => {
+            let matcher =
+                RequestMatcher::api(ApiKey::AddPartitionsToTxn).client(client_id.to_owned());
+            // The first installed intercept that matches wins: the delay
+            // takes the first request, the drop every later one.
+            let first = kit
+                .intercept(
+                    Intercept::new(
+                        matcher.clone(),
+                        InterceptAction::Delay(Duration::from_millis(100)),
+                    )
+                    .times(1),
+                )
+                .await
+                .map_err(|e| e.to_string())?;
+            installed.intercepts.push((fault.kind(), first));
+            let stall = kit
+                .intercept(Intercept::new(matcher, InterceptAction::Drop))
+                .await
+                .map_err(|e| e.to_string())?;
+            let kit = Arc::clone(kit);
+            tokio::spawn(async move {
+                tokio::time::sleep(Duration::from_millis(100 + millis)).await;
+                let _ = kit.remove_fault(stall).await;
+            });
+            return Ok(());
+        }
+        Fault::LostProduceResponse { at, .. } if at == now => Intercept::new(
+            RequestMatcher::api(ApiKey::Produce).client(client_id.to_owned()),
+            InterceptAction::DropResponse,
+        ),
+        Fault::DelayedProduce { at, millis, .. } if at == now => Intercept::new(
+            RequestMatcher::api(ApiKey::Produce).client(client_id.to_owned()),
+            InterceptAction::Delay(Duration::from_millis(millis)),
+        ),
+        Fault::SequenceError { code, .. } if now == Moment::AfterSend => Intercept::new(
+            RequestMatcher::api(ApiKey::Produce).client(client_id.to_owned()),
+            InterceptAction::Error(code),
+        ),
+        Fault::Partition { .. }
+        | Fault::MoveCoordinator { .. }
+        | Fault::MoveLeader { .. }
+        | Fault::LostProduceResponse { .. }
+        | Fault::DelayedProduce { .. }
+        | Fault::SequenceError { .. }
+        | Fault::StalledAddPartitions { .. } => return Ok(()),
         _ if now != Moment::BeforeBegin => return Ok(()),
         Fault::CoordinatorError { api, code, .. } => Intercept::new(
             RequestMatcher::api(api).client(client_id.to_owned()),
@@ -910,12 +1475,24 @@ async fn inject(
             RequestMatcher::api(ApiKey::AddOffsetsToTxn).client(client_id.to_owned()),
             InterceptAction::CloseConnection,
         ),
-        Fault::Kill { .. } | Fault::Abort { .. } => return Ok(()),
+        Fault::Kill { .. } | Fault::Abort { .. } | Fault::TransactionTimeout { .. } => {
+            return Ok(());
+        }
     };
-    kit.intercept(intercept.times(1))
+    let id = kit
+        .intercept(intercept.times(1))
         .await
-        .map(|_| ())
-        .map_err(|e| e.to_string())
+        .map_err(|e| e.to_string())?;
+    installed.intercepts.push((fault.kind(), id));
+    Ok(())
+}
+
+/// The testkit's leader of an output partition.
+async fn leader_of(kit: &Kit, partition: i32) -> Result<i32, String> {
+    kit.with_state(move |s| s.partition(OUTPUT, partition).map(|p| p.leader))
+        .await
+        .map_err(|e| e.to_string())?
+        .ok_or_else(|| format!("no output partition {partition}"))
 }
 
 /// Every committed output value per output partition, read_committed up to

@@ -13,7 +13,7 @@ use std::collections::BTreeSet;
 
 use bytes::{Bytes, BytesMut};
 use weir_integration::eos::{
-    CONSUMER_READING, LOG_READING, Observed, Reading, check, visible_in_log,
+    ABORTED_INPUT_BASE, CONSUMER_READING, LOG_READING, Observed, Reading, check, visible_in_log,
 };
 use weir_protocol::records::{
     BatchBuilder, BatchOptions, ControlKind, RecordInput, encode_control_batch,
@@ -173,6 +173,23 @@ fn the_checker_reports_broken_runs_in_both_readings() {
             CONSUMER_READING,
             "out-1@b belongs to an aborted transaction",
         ],
+    );
+
+    // Aborted input processed: the instance's read_committed consumer
+    // delivered a record of an aborted input transaction (id from
+    // ABORTED_INPUT_BASE on), and its output was committed.
+    let stray = format!("out-{ABORTED_INPUT_BASE}@c");
+    let mut with_aborted_input = good.clone();
+    with_aborted_input.push(stray.clone());
+    violation(
+        "aborted input, consumer reading",
+        &observed(reading(with_aborted_input.clone()), reading(good.clone())),
+        &[CONSUMER_READING, &stray, "aborted input transaction"],
+    );
+    violation(
+        "aborted input, log reading",
+        &observed(reading(good.clone()), reading(with_aborted_input)),
+        &[LOG_READING, &stray, "aborted input transaction"],
     );
 
     // A duplicated output: input 1 committed by two transactions.

@@ -573,3 +573,48 @@ async fn an_older_epoch_gets_producer_fenced_or_its_pre_kip588_code_at_every_ver
     );
     assert_eq!(end_txn(&mut b, TX, pid_b, epoch_b, true, 3).await, 0);
 }
+
+/// With `transaction.partition.verification.enable=false` (brokers before
+/// Kafka 3.6), a transactional batch for a partition that was never added
+/// is appended, and no marker ever ends it: the partition's last stable
+/// offset hangs below it, even after the transaction commits. With the
+/// default (3.6+) the same batch is refused with INVALID_TXN_STATE.
+#[tokio::test]
+async fn without_partition_verification_an_unadded_partition_hangs() {
+    let cluster = Cluster::builder()
+        .transaction_partition_verification(false)
+        .build()
+        .await
+        .unwrap();
+    cluster
+        .create_topic("t", 1, [] as [(&str, &str); 0])
+        .await
+        .unwrap();
+    let mut c = TestClient::new(cluster.connect_duplex(0).await.unwrap(), "p");
+    let (code, pid, epoch) = init_producer(&mut c, TX, 60_000).await;
+    assert_eq!((code, epoch), (0, 0));
+    assert_eq!(
+        produce_txn(&mut c, pid, epoch, 0, &["stray"]).await,
+        0,
+        "appended without asking the coordinator"
+    );
+    // The transaction (on another topic) commits; "t" gets no marker.
+    cluster
+        .create_topic("u", 1, [] as [(&str, &str); 0])
+        .await
+        .unwrap();
+    assert_eq!(
+        add_partitions(&mut c, TX, pid, epoch, "u", &[0]).await,
+        vec![0]
+    );
+    assert_eq!(end_txn(&mut c, TX, pid, epoch, true, 3).await, 0);
+    let (vals, lso, hw, _) = read_committed(&mut c).await;
+    assert_eq!((vals.len(), lso, hw), (0, 0, 1), "a hanging transaction");
+    assert!(cluster.unfinished_transactions().await.unwrap().is_empty());
+
+    // The default verifies, as `committed_records_become_visible...` shows
+    // in detail: the same batch is refused.
+    let (_verifying, mut v) = setup().await;
+    let (_, pid, epoch) = init_producer(&mut v, TX, 60_000).await;
+    assert_eq!(produce_txn(&mut v, pid, epoch, 0, &["stray"]).await, 48);
+}

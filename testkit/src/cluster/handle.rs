@@ -57,6 +57,14 @@ impl ClusterBuilder {
         self
     }
 
+    /// `transaction.partition.verification.enable` (default true, as in
+    /// Kafka 3.6+); false behaves like a broker before 3.6 (see
+    /// [`ClusterConfig::transaction_partition_verification`]).
+    pub fn transaction_partition_verification(mut self, enabled: bool) -> Self {
+        self.config.transaction_partition_verification = enabled;
+        self
+    }
+
     /// `group.initial.rebalance.delay.ms` (default 0).
     pub fn group_initial_rebalance_delay(mut self, delay: Duration) -> Self {
         self.config.group_initial_rebalance_delay = delay;

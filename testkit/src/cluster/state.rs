@@ -51,6 +51,15 @@ pub struct ClusterConfig {
     pub group_initial_rebalance_delay: Duration,
     /// The cluster id reported by Metadata.
     pub cluster_id: String,
+    /// Kafka's `transaction.partition.verification.enable` (KIP-890, 3.6+,
+    /// default true): a partition leader checks with the transaction
+    /// coordinator that a transactional batch's partition was added to
+    /// the producer's ongoing transaction (and that its epoch is current)
+    /// before appending it. Off, as in brokers before 3.6, the batch is
+    /// appended after only the partition's own producer-epoch check, so a
+    /// batch for a partition never added to the transaction is written and
+    /// left without a marker: a hanging transaction.
+    pub transaction_partition_verification: bool,
 }
 
 impl Default for ClusterConfig {
@@ -62,6 +71,7 @@ impl Default for ClusterConfig {
             default_partitions: 1,
             group_initial_rebalance_delay: Duration::ZERO,
             cluster_id: "weir-testkit".to_owned(),
+            transaction_partition_verification: true,
         }
     }
 }

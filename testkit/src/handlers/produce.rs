@@ -143,7 +143,7 @@ fn produce_partition(
                 "transactional bit and transactional id disagree",
             );
         }
-        if h.is_transactional() {
+        if h.is_transactional() && state.config.transaction_partition_verification {
             // Kafka's leader verifies the partition with the transaction
             // coordinator before appending (KIP-890): a fenced epoch is
             // INVALID_PRODUCER_EPOCH, like the partition's own epoch check.
