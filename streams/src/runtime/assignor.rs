@@ -42,8 +42,9 @@ use crate::topology::Topology;
 pub(crate) const PROTOCOL: &str = "weir-streams";
 /// The version of [`SubscriptionInfo`] and [`AssignmentInfo`] this build
 /// writes. A later version must keep these fields first, so this build can
-/// read a newer member's data during a rolling upgrade.
-const VERSION: u16 = 1;
+/// read a newer member's data during a rolling upgrade. Version 2 adds the
+/// subscription's `draining` flag (a version 1 member never drains).
+const VERSION: u16 = 2;
 
 /// One subtopology as the assignor needs it.
 #[derive(Debug, Clone)]
@@ -87,6 +88,10 @@ pub(crate) struct SubscriptionInfo {
     pub application_server: Option<String>,
     /// Offset sum per task whose state this instance holds.
     pub offset_sums: BTreeMap<TaskId, i64>,
+    /// The instance is closing gracefully: hand its tasks to members caught
+    /// up on them, and keep those nobody is caught up on (with warmups
+    /// elsewhere) until one is (version 2).
+    pub draining: bool,
 }
 
 /// What the leader tells a member, besides its partitions.
@@ -185,6 +190,7 @@ impl SubscriptionInfo {
             out.put_u32(task.partition);
             out.put_i64(*sum);
         }
+        out.put_u8(u8::from(self.draining));
         out.freeze()
     }
 
@@ -210,12 +216,21 @@ impl SubscriptionInfo {
             let task = TaskId::new(buf.get_u32(), buf.get_u32());
             offset_sums.insert(task, buf.get_i64());
         }
+        let draining = if version >= 2 {
+            if buf.remaining() < 1 {
+                return Err(short("draining flag"));
+            }
+            buf.get_u8() != 0
+        } else {
+            false
+        };
         Ok(SubscriptionInfo {
             version,
             process_id,
             threads,
             application_server,
             offset_sums,
+            draining,
         })
     }
 }
@@ -292,6 +307,9 @@ pub(crate) struct StreamsAssignor {
     pub offset_sums: Arc<Mutex<BTreeMap<TaskId, i64>>>,
     /// The last assignment this member received.
     pub assigned: Mutex<Option<(i32, AssignmentInfo)>>,
+    /// Set by a graceful close: the next subscriptions say the instance is
+    /// draining.
+    pub draining: std::sync::atomic::AtomicBool,
 }
 
 impl StreamsAssignor {
@@ -376,6 +394,7 @@ impl StreamsAssignor {
         } else {
             self.end_offset_sums(cluster).await?
         };
+        let mut draining = BTreeSet::new();
         for (member, m) in &group.members {
             let info = match m.user_data.as_deref().map(SubscriptionInfo::decode) {
                 Some(Ok(info)) => info,
@@ -390,6 +409,9 @@ impl StreamsAssignor {
                     continue;
                 }
             };
+            if info.draining {
+                draining.insert(member.clone());
+            }
             let owned: BTreeSet<TopicPartition> = m.subscription.owned.iter().cloned().collect();
             let mut client = ClientState::new(info.threads.max(1));
             client.previous_active = self.tasks_of(&owned);
@@ -402,7 +424,8 @@ impl StreamsAssignor {
             max_warmup_replicas: self.max_warmup_replicas.max(1),
             probing_rebalance_interval: self.probing_rebalance_interval,
         };
-        let assignment = task_assignor::assign(&input, &config)?;
+        let mut assignment = task_assignor::assign(&input, &config)?;
+        hand_over(&mut assignment, &input, &draining, &config);
         // Partitions some member claims to own now: withheld from any other
         // member for one round (cooperative hand-over).
         let mut owner_of: BTreeMap<TopicPartition, &str> = BTreeMap::new();
@@ -462,6 +485,104 @@ impl StreamsAssignor {
     }
 }
 
+/// Graceful handover: a draining member (an instance closing gracefully)
+/// keeps no standby or warmup, and each of its active tasks goes at once to
+/// the non-draining member best caught up on it (within
+/// `acceptable.recovery.lag`; a stateless task to the least loaded), which
+/// gets it next round, after the draining member has committed and closed
+/// it. A stateful task nobody is caught up on stays on the draining member
+/// and the best candidate gets a warmup: the warmup's catching up triggers
+/// the follow-up that moves it, so its restore is never on the critical
+/// path. With no member left to take over, nothing changes (the instance
+/// just leaves).
+fn hand_over(
+    assignment: &mut task_assignor::TaskAssignment,
+    input: &TaskAssignmentInput,
+    draining: &BTreeSet<String>,
+    config: &TaskAssignorConfig,
+) {
+    let takers: Vec<&String> = input
+        .clients
+        .keys()
+        .filter(|c| !draining.contains(*c))
+        .collect();
+    if draining.is_empty() || takers.is_empty() {
+        return;
+    }
+    let mut warmups: BTreeMap<String, BTreeSet<TaskId>> = BTreeMap::new();
+    for member in draining {
+        let Some(client) = assignment.clients.get_mut(member) else {
+            continue;
+        };
+        client.standby.clear();
+        client.warmup.clear();
+        let tasks: Vec<TaskId> = client.active.iter().copied().collect();
+        for task in tasks {
+            let stateful = input.stateful_tasks.contains(&task);
+            let lag_of = |c: &str| {
+                if stateful {
+                    input
+                        .clients
+                        .get(c)
+                        .and_then(|s| s.lags.get(&task).copied())
+                        .unwrap_or(u64::MAX)
+                } else {
+                    0
+                }
+            };
+            let load_of = |c: &str| {
+                let active = assignment.clients.get(c).map_or(0, |a| a.active.len());
+                let capacity = input.clients.get(c).map_or(1, |s| s.capacity.max(1));
+                (active as u64).saturating_mul(1_000) / u64::from(capacity)
+            };
+            let Some(best) = takers
+                .iter()
+                .min_by_key(|c| (lag_of(c.as_str()), load_of(c.as_str()), c.as_str()))
+                .map(|c| (*c).clone())
+            else {
+                continue;
+            };
+            let caught_up = lag_of(&best) <= config.acceptable_recovery_lag;
+            if caught_up {
+                if let Some(from) = assignment.clients.get_mut(member) {
+                    from.active.remove(&task);
+                }
+                if let Some(to) = assignment.clients.get_mut(&best) {
+                    to.standby.remove(&task);
+                    to.warmup.remove(&task);
+                    to.active.insert(task);
+                }
+                tracing::info!(task = %task, from = %member, to = %best, "handover: task moves from a draining member");
+            } else {
+                // A standby of it there becomes the warmup: only a warmup's
+                // catching up makes its instance ask for the follow-up.
+                if let Some(to) = assignment.clients.get_mut(&best) {
+                    to.standby.remove(&task);
+                    to.warmup.insert(task);
+                }
+                warmups.entry(best.clone()).or_default().insert(task);
+                tracing::info!(task = %task, draining = %member, warmup = %best, "handover: no member is caught up; the task stays until the warmup is");
+            }
+        }
+    }
+    if !warmups.is_empty() {
+        match &mut assignment.followup {
+            Some(f) => {
+                for (client, tasks) in warmups {
+                    f.warmups.entry(client).or_default().extend(tasks);
+                }
+            }
+            None => {
+                assignment.followup = Some(task_assignor::FollowupRebalance {
+                    warmups,
+                    acceptable_recovery_lag: config.acceptable_recovery_lag,
+                    probing_interval: config.probing_rebalance_interval,
+                });
+            }
+        }
+    }
+}
+
 fn list(tasks: &BTreeSet<TaskId>) -> String {
     tasks
         .iter()
@@ -499,6 +620,7 @@ impl GroupAssignor for StreamsAssignor {
                 threads: self.threads,
                 application_server: self.application_server.clone(),
                 offset_sums,
+                draining: self.draining.load(std::sync::atomic::Ordering::Acquire),
             }
             .encode(),
         )
@@ -541,17 +663,89 @@ mod tests {
             ]
             .into_iter()
             .collect(),
+            draining: true,
         };
         let bytes = info.encode();
         assert_eq!(SubscriptionInfo::decode(&bytes).unwrap(), info);
         // A count the bytes cannot hold is an error, not an allocation.
         let mut bad = bytes.to_vec();
-        let at = bad.len() - 2 * 16 - 4;
+        let at = bad.len() - 1 - 2 * 16 - 4;
         bad[at..at + 4].copy_from_slice(&u32::MAX.to_be_bytes());
         assert!(SubscriptionInfo::decode(&bad).is_err());
         for cut in 0..bytes.len() {
             assert!(SubscriptionInfo::decode(&bytes[..cut]).is_err(), "{cut}");
         }
+    }
+
+    #[test]
+    fn a_version_1_subscription_decodes_as_not_draining() {
+        let info = SubscriptionInfo {
+            version: 1,
+            process_id: "old".into(),
+            threads: 1,
+            application_server: None,
+            offset_sums: BTreeMap::new(),
+            draining: false,
+        };
+        let mut bytes = info.encode().to_vec();
+        bytes[..2].copy_from_slice(&1u16.to_be_bytes());
+        bytes.pop(); // a version 1 member wrote no flag
+        assert_eq!(SubscriptionInfo::decode(&bytes).unwrap(), info);
+    }
+
+    /// A client's name, the tasks it ran and its lags.
+    type ClientSpec<'a> = (&'a str, &'a [TaskId], &'a [(TaskId, u64)]);
+
+    fn clients(specs: &[ClientSpec<'_>]) -> BTreeMap<String, ClientState> {
+        specs
+            .iter()
+            .map(|(name, active, lags)| {
+                let mut c = ClientState::new(1);
+                c.previous_active = active.iter().copied().collect();
+                c.lags = lags.iter().copied().collect();
+                ((*name).to_owned(), c)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_draining_member_hands_caught_up_tasks_over_and_keeps_the_others_for_warmups() {
+        let (t0, t1, t2) = (TaskId::new(1, 0), TaskId::new(1, 1), TaskId::new(0, 0));
+        let config = TaskAssignorConfig {
+            acceptable_recovery_lag: 10,
+            num_standby_replicas: 1,
+            max_warmup_replicas: 2,
+            probing_rebalance_interval: Duration::from_secs(600),
+        };
+        let input = TaskAssignmentInput {
+            // a runs everything; b has a standby of t0 (lag 3) and nothing of t1.
+            clients: clients(&[("a", &[t0, t1, t2], &[]), ("b", &[], &[(t0, 3)])]),
+            stateful_tasks: [t0, t1].into_iter().collect(),
+            stateless_tasks: [t2].into_iter().collect(),
+        };
+        let mut assignment = task_assignor::assign(&input, &config).unwrap();
+        let draining: BTreeSet<String> = ["a".to_owned()].into_iter().collect();
+        hand_over(&mut assignment, &input, &draining, &config);
+        let (a, b) = (&assignment.clients["a"], &assignment.clients["b"]);
+        assert_eq!(a.active, [t1].into_iter().collect(), "{assignment:?}");
+        assert!(
+            a.standby.is_empty() && a.warmup.is_empty(),
+            "{assignment:?}"
+        );
+        assert!(
+            b.active.contains(&t0) && b.active.contains(&t2),
+            "{assignment:?}"
+        );
+        assert!(b.warmup.contains(&t1), "{assignment:?}");
+        let followup = assignment.followup.as_ref().unwrap();
+        assert!(followup.warmups["b"].contains(&t1), "{followup:?}");
+
+        // With nobody left to take over, nothing changes.
+        let mut alone = task_assignor::assign(&input, &config).unwrap();
+        let all: BTreeSet<String> = ["a".to_owned(), "b".to_owned()].into_iter().collect();
+        let unchanged = alone.clone();
+        hand_over(&mut alone, &input, &all, &config);
+        assert_eq!(alone, unchanged);
     }
 
     #[test]

@@ -88,6 +88,9 @@ struct Instance {
     probing_at: Option<tokio::time::Instant>,
     /// A follow-up rebalance to ask for once the instance polls.
     rejoin_pending: bool,
+    /// A graceful close handing the tasks over: until when, and the
+    /// generation it started in.
+    draining: Option<(tokio::time::Instant, i32)>,
 }
 
 impl Instance {
@@ -180,6 +183,9 @@ impl Instance {
     }
 
     fn refresh_state(&self) {
+        if self.draining.is_some() {
+            return;
+        }
         let restoring = self
             .rt
             .counters
@@ -270,7 +276,7 @@ pub(crate) async fn run(
     rt: Arc<Runtime>,
     mut member: GroupMember,
     state: watch::Sender<State>,
-    mut shutdown: oneshot::Receiver<()>,
+    mut shutdown: oneshot::Receiver<Duration>,
 ) -> Result<()> {
     let (report_tx, mut reports) = mpsc::unbounded_channel();
     let mut senders = Vec::new();
@@ -294,6 +300,7 @@ pub(crate) async fn run(
         probing_at: None,
         rejoin_pending: false,
         last_followup: None,
+        draining: None,
     };
     let mut tick = tokio::time::interval(Duration::from_millis(100));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -324,6 +331,20 @@ pub(crate) async fn run(
                     instance.assign(&partitions);
                     rt.confirmed_generation.store(member.generation(), std::sync::atomic::Ordering::Release);
                     instance.refresh_state();
+                    if let Some((_, since)) = instance.draining
+                        && member.generation() > since
+                    {
+                        // The first assignment of the draining rejoin: what
+                        // moved was revoked (committed, closed) before it.
+                        // Done when nothing is left, or when nothing left
+                        // waits for a warmup (no follow-up planned).
+                        let waiting = rt.assignor.assignment().and_then(|a| a.probing_ms).is_some();
+                        if instance.placement.is_empty() || !waiting {
+                            tracing::info!(application_id = %rt.app(), left = instance.placement.len(), "handover done: leaving");
+                            break Ok(());
+                        }
+                        tracing::info!(application_id = %rt.app(), left = instance.placement.len(), "handover: tasks wait here for their warmups to catch up");
+                    }
                 }
                 Ok(AssignmentEvent::Revoked(revocation)) => {
                     instance.set_state(State::Rebalancing);
@@ -384,6 +405,12 @@ pub(crate) async fn run(
                 }
             }
             _ = tick.tick() => {
+                if let Some((deadline, _)) = instance.draining
+                    && tokio::time::Instant::now() >= deadline
+                {
+                    tracing::warn!(application_id = %rt.app(), left = instance.placement.len(), "handover timed out: closing the tasks left and leaving");
+                    break Ok(());
+                }
                 instance.refresh_state();
                 if instance.probing_at.is_some_and(|at| tokio::time::Instant::now() >= at) {
                     tracing::info!(application_id = %rt.app(), "probing rebalance: warmups did not catch up within probing.rebalance.interval.ms");
@@ -391,7 +418,20 @@ pub(crate) async fn run(
                     instance.rejoin_pending = true;
                 }
             }
-            _ = &mut shutdown => break Ok(()),
+            closing = &mut shutdown, if instance.draining.is_none() => {
+                let budget = closing.unwrap_or_default();
+                if budget.is_zero() || instance.placement.is_empty() {
+                    break Ok(());
+                }
+                // Graceful handover: rejoin as draining, so the leader moves
+                // the tasks to members caught up on them while this instance
+                // goes on processing the rest (rolling deploys, issue 15).
+                tracing::info!(application_id = %rt.app(), tasks = instance.placement.len(), budget = ?budget, "closing: handing the tasks over");
+                instance.set_state(State::PendingShutdown);
+                rt.assignor.draining.store(true, std::sync::atomic::Ordering::Release);
+                instance.draining = Some((tokio::time::Instant::now() + budget, member.generation()));
+                instance.rejoin_pending = true;
+            }
         }
     };
     instance.set_state(State::PendingShutdown);

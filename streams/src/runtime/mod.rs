@@ -190,7 +190,9 @@ impl Runtime {
 pub struct KafkaStreams {
     runtime: Arc<Runtime>,
     state: watch::Receiver<State>,
-    shutdown: Option<oneshot::Sender<()>>,
+    /// Asks the instance to close, with how long it may spend handing its
+    /// tasks over first.
+    shutdown: Option<oneshot::Sender<Duration>>,
     instance: JoinHandle<Result<()>>,
 }
 
@@ -320,6 +322,7 @@ impl KafkaStreams {
             probing_rebalance_interval: config.probing_rebalance_interval,
             offset_sums: Arc::clone(&offset_sums),
             assigned: Mutex::new(None),
+            draining: std::sync::atomic::AtomicBool::new(false),
         });
         let mut member_config = MemberConfig::new(
             config.application_id.clone(),
@@ -438,17 +441,23 @@ impl KafkaStreams {
         }
     }
 
-    /// Closes gracefully: every worker commits and closes its tasks' stores
-    /// cleanly, then the member leaves the group. After `timeout` the
-    /// instance is dropped as it is (uncommitted work is then redone by the
-    /// next owner).
+    /// Closes gracefully, handing the tasks over first: the instance rejoins
+    /// as *draining*, the leader moves each of its tasks to the member best
+    /// caught up on it (a standby), and keeps a task nobody is caught up on
+    /// here, with a warmup elsewhere, until the warmup has caught up. The
+    /// moved tasks commit and close here while the others go on
+    /// processing; once none is left (or half of `timeout` has passed)
+    /// every worker commits and closes what remains, stores closed cleanly,
+    /// and the member leaves the group (LeaveGroup, static members too).
+    /// After `timeout` the instance is dropped as it is (uncommitted work
+    /// is then redone by the next owner).
     ///
     /// # Errors
     ///
     /// The error that stopped the instance, if one did.
     pub async fn close(mut self, timeout: Duration) -> Result<()> {
         if let Some(tx) = self.shutdown.take() {
-            let _ = tx.send(());
+            let _ = tx.send(timeout / 2);
         }
         match tokio::time::timeout(timeout, &mut self.instance).await {
             Ok(Ok(result)) => result,
