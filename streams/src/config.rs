@@ -64,6 +64,41 @@ pub enum ProcessingErrorHandling {
     SkipRecord,
 }
 
+/// A stable instance id for `group.instance.id` taken from the machine:
+/// `$WEIR_INSTANCE_ID` if set, else the host name (`$HOSTNAME`, else the
+/// kernel's). In a Kubernetes StatefulSet the host name is the pod name
+/// (`app-0`, `app-1`, ...), which stays the same across restarts, so a pod
+/// restarted within `session.timeout.ms` keeps its tasks with no
+/// rebalance. Opt in explicitly: two processes on one host would share a
+/// host name, and a static member fences another with the same id.
+///
+/// ```
+/// let mut config = weir_streams::StreamsConfig::new("app");
+/// config.instance_id = weir_streams::config::machine_instance_id();
+/// ```
+pub fn machine_instance_id() -> Option<String> {
+    instance_id_from(
+        |name| std::env::var(name).ok(),
+        || std::fs::read_to_string("/proc/sys/kernel/hostname").ok(),
+    )
+}
+
+/// [`machine_instance_id`] over given sources: the environment, then the
+/// kernel's host name; blank values do not count.
+fn instance_id_from(
+    env: impl Fn(&str) -> Option<String>,
+    kernel_hostname: impl Fn() -> Option<String>,
+) -> Option<String> {
+    let set = |v: String| {
+        let v = v.trim().to_owned();
+        (!v.is_empty()).then_some(v)
+    };
+    env("WEIR_INSTANCE_ID")
+        .and_then(set)
+        .or_else(|| env("HOSTNAME").and_then(set))
+        .or_else(|| kernel_hostname().and_then(set))
+}
+
 /// The configuration of a streams application.
 #[derive(Debug, Clone)]
 #[non_exhaustive]
@@ -427,5 +462,36 @@ impl StreamsConfig {
         self.client
             .validate()
             .map_err(|e| invalid("client", e.to_string()))
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_instance_id_comes_from_weir_instance_id_then_the_host_name() {
+        let env = |vars: &'static [(&'static str, &'static str)]| {
+            move |name: &str| {
+                vars.iter()
+                    .find(|(k, _)| *k == name)
+                    .map(|(_, v)| (*v).to_owned())
+            }
+        };
+        let kernel = || Some("node-7\n".to_owned());
+        assert_eq!(
+            instance_id_from(env(&[("WEIR_INSTANCE_ID", "a"), ("HOSTNAME", "h")]), kernel),
+            Some("a".into())
+        );
+        assert_eq!(
+            instance_id_from(
+                env(&[("WEIR_INSTANCE_ID", " "), ("HOSTNAME", "app-2")]),
+                kernel
+            ),
+            Some("app-2".into())
+        );
+        assert_eq!(instance_id_from(env(&[]), kernel), Some("node-7".into()));
+        assert_eq!(instance_id_from(env(&[]), || None), None);
     }
 }

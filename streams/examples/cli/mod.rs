@@ -45,9 +45,13 @@ pub struct Common {
     /// `num.standby.replicas`.
     #[arg(long, default_value_t = 0)]
     pub standbys: usize,
-    /// `group.instance.id` (static membership).
-    #[arg(long)]
+    /// `group.instance.id` (static membership); also from `$WEIR_INSTANCE_ID`.
+    #[arg(long, env = "WEIR_INSTANCE_ID")]
     pub instance_id: Option<String>,
+    /// Use the host name as `group.instance.id` when no instance id is given
+    /// (a StatefulSet pod's name), so a restarted pod keeps its tasks.
+    #[arg(long)]
+    pub instance_id_from_hostname: bool,
     /// Any Streams or client property, KEY=VALUE (repeatable).
     #[arg(short = 'X', value_name = "KEY=VALUE", value_parser = key_value)]
     pub properties: Vec<(String, String)>,
@@ -84,7 +88,12 @@ impl Common {
         if self.standbys > 0 {
             props.push(("num.standby.replicas", &standbys));
         }
-        if let Some(id) = &self.instance_id {
+        let from_host = if self.instance_id.is_none() && self.instance_id_from_hostname {
+            weir_streams::config::machine_instance_id()
+        } else {
+            None
+        };
+        if let Some(id) = self.instance_id.as_ref().or(from_host.as_ref()) {
             props.push(("group.instance.id", id));
         }
         props.extend(
