@@ -67,7 +67,9 @@ use weir_client::transaction::{
 use weir_client::{ClientError, Cluster};
 use weir_group::assignor::Assignor;
 use weir_group::member::{AssignmentEvent, GroupMember, MemberConfig, ShutdownMode};
-use weir_testkit::{ClientSelector, FaultId, PartitionTarget};
+use weir_testkit::{
+    ClientSelector, FaultId, Intercept, InterceptAction, PartitionTarget, RequestMatcher,
+};
 
 use crate::eos::{OUTPUT, OUTPUT_PARTITIONS, Observed, check, read_committed, visible_in_log};
 use crate::testkit_dial::client_config;
@@ -165,6 +167,24 @@ pub enum GroupFault {
         /// How it ends.
         end: ZombieEnd,
     },
+    /// A healthy instance's membership flaps in the middle of a
+    /// transaction: after its records were acknowledged, its member is cut
+    /// off from the group coordinator for `cut_ms` while the application
+    /// takes `slow_ms` (a slow processing step, well below
+    /// `max.poll.interval.ms`) before it commits its offsets the
+    /// recommended way, [`GroupMember::send_offsets_to_transaction`].
+    Flap {
+        /// Transaction number.
+        txn: usize,
+        /// How long the member is cut off.
+        cut_ms: u64,
+        /// Cut off by connections that close (the member retries at once
+        /// and rejoins as soon as the cut ends) instead of requests lost
+        /// (a JoinGroup lost in the cut waits out its 35 s timeout).
+        reset: bool,
+        /// How long the application takes before its offsets.
+        slow_ms: u64,
+    },
     /// The instance is killed hard.
     Kill {
         /// Transaction number.
@@ -177,7 +197,9 @@ pub enum GroupFault {
 impl GroupFault {
     fn txn(self) -> usize {
         match self {
-            GroupFault::Zombie { txn, .. } | GroupFault::Kill { txn, .. } => txn,
+            GroupFault::Zombie { txn, .. }
+            | GroupFault::Flap { txn, .. }
+            | GroupFault::Kill { txn, .. } => txn,
         }
     }
 }
@@ -196,6 +218,15 @@ pub struct GroupSchedule {
     /// Negative control: the zombie commits offsets with
     /// [`GroupMetadata::unchecked`], which turns the generation fence off.
     pub bypass_fence: bool,
+    /// A healthy instance relies on
+    /// [`GroupMember::send_offsets_to_transaction`] alone. Otherwise
+    /// (the default) it first checks that the lease its transaction began
+    /// under ([`Lease::gate`](weir_group::member::Lease::gate)) still
+    /// holds, and aborts if not: the member's metadata read at commit time
+    /// may belong to a later generation than the input it read (a member
+    /// that lost its partitions and rejoined meanwhile), and the
+    /// coordinator checks only the generation, not who owns the partitions.
+    pub trust_commit_time_metadata: bool,
 }
 
 impl fmt::Display for GroupSchedule {
@@ -252,6 +283,15 @@ impl GroupSchedule {
                 },
             });
         }
+        if rng.random_bool(0.3) {
+            let cut_ms = rng.random_range(2000..=9000);
+            faults.push(GroupFault::Flap {
+                txn: rng.random_range(0..=4),
+                cut_ms,
+                reset: rng.random_bool(0.5),
+                slow_ms: cut_ms + rng.random_range(500..=5000),
+            });
+        }
         faults.sort_by_key(|f| f.txn());
         GroupSchedule {
             seed,
@@ -259,6 +299,7 @@ impl GroupSchedule {
             per_txn,
             faults,
             bypass_fence: false,
+            trust_commit_time_metadata: false,
         }
     }
 
@@ -291,8 +332,14 @@ pub struct ZombieReport {
     pub kills: usize,
     /// Records enqueued but not acknowledged when an instance was killed.
     pub in_flight_at_kill: usize,
-    /// Kills never applied: the input ran out before their transaction.
+    /// Kills and flaps never applied: the input ran out before their
+    /// transaction.
     pub kills_not_reached: usize,
+    /// Flaps applied.
+    pub flaps: usize,
+    /// Of those, transactions that committed although the member's
+    /// generation changed between `begin` and the commit.
+    pub flap_commits_across_generations: usize,
 }
 
 impl ZombieReport {
@@ -345,6 +392,11 @@ struct Board {
     active: usize,
     /// The instance last assigned each input partition.
     owners: BTreeMap<TopicPartition, usize>,
+    /// A zombie runs now.
+    zombie_running: bool,
+    /// Healthy transactions aborted because their lease ended before the
+    /// offsets.
+    lease_ended_before_offsets: usize,
     report: ZombieReport,
 }
 
@@ -703,6 +755,12 @@ impl Instance {
                 return Ok(Exit::Stopped);
             }
             self.drain_events().await?;
+            // A healthy instance writes only under a valid lease: between
+            // generations it waits for the member to settle.
+            if self.zombie.is_none() && !self.member.lease().is_valid() {
+                self.idle().await?;
+                continue;
+            }
             self.start_assigned().await;
             let records = self.read().await?;
             if records.is_empty() {
@@ -712,16 +770,21 @@ impl Instance {
                 {
                     return Ok(exit);
                 }
-                // Idle: wait for an assignment change a while.
-                if let Ok(event) = tokio::time::timeout(IDLE, self.member.next_event()).await {
-                    self.handle(event.map_err(|e| format!("membership: {e}"))?);
-                }
+                self.idle().await?;
                 continue;
             }
             if let Some(exit) = self.transaction(records).await? {
                 return Ok(exit);
             }
         }
+    }
+
+    /// Waits a while for an assignment change.
+    async fn idle(&mut self) -> Result<(), String> {
+        if let Ok(event) = tokio::time::timeout(IDLE, self.member.next_event()).await {
+            self.handle(event.map_err(|e| format!("membership: {e}"))?);
+        }
+        Ok(())
     }
 
     async fn drain_events(&mut self) -> Result<(), String> {
@@ -822,9 +885,19 @@ impl Instance {
             return None;
         }
         let mut b = self.shared.board();
-        let i = b.pending.iter().position(|f| f.txn() <= n)?;
+        // A flap waits until the zombie is over: its instance is the
+        // zombie's successor, and must be able to take over.
+        let zombie_ahead = b.zombie_running
+            || b.pending
+                .iter()
+                .any(|f| matches!(f, GroupFault::Zombie { .. }));
+        let i = b.pending.iter().position(|f| {
+            f.txn() <= n && !(zombie_ahead && matches!(f, GroupFault::Flap { .. }))
+        })?;
         let fault = b.pending.remove(i);
         b.active += 1;
+        // Set in the same step, so no flap is taken before the zombie runs.
+        b.zombie_running |= matches!(fault, GroupFault::Zombie { .. });
         Some(fault)
     }
 
@@ -832,6 +905,7 @@ impl Instance {
         let mut b = self.shared.board();
         b.pending.insert(0, fault);
         b.active -= 1;
+        b.zombie_running = false;
     }
 
     /// Cuts the member off from the group coordinator; the instance is a
@@ -941,6 +1015,7 @@ impl Instance {
         let Some(z) = self.zombie.take() else {
             return Ok(None);
         };
+        self.shared.board().zombie_running = false;
         if matches!(
             z.fault,
             GroupFault::Zombie {
@@ -961,6 +1036,34 @@ impl Instance {
         Ok(None)
     }
 
+    /// Cuts the member off from the group coordinator for `cut_ms` (healed
+    /// by a task of its own) and takes `slow_ms` meanwhile.
+    async fn flap(&self, cut_ms: u64, reset: bool, slow_ms: u64) -> Result<(), String> {
+        let [member_id, ..] = ids(self.idx);
+        let kit = &self.shared.kit;
+        let cut = if reset {
+            kit.intercept(Intercept::new(
+                RequestMatcher::any().client(member_id),
+                InterceptAction::CloseConnection,
+            ))
+            .await
+        } else {
+            kit.partition_client(
+                ClientSelector::ClientId(member_id),
+                PartitionTarget::GroupCoordinator(GROUP.into()),
+            )
+            .await
+        }
+        .map_err(|e| e.to_string())?;
+        let kit = Arc::clone(&self.shared.kit);
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(cut_ms)).await;
+            let _ = kit.remove_fault(cut).await;
+        });
+        tokio::time::sleep(Duration::from_millis(slow_ms)).await;
+        Ok(())
+    }
+
     /// Cuts every client of this instance off from every broker; the
     /// caller then drops the instance without closing anything, so nothing
     /// buffered or in flight gets through.
@@ -978,6 +1081,9 @@ impl Instance {
             }
         }
         let mut b = self.shared.board();
+        if self.zombie.take().is_some() {
+            b.zombie_running = false;
+        }
         b.report.kills += 1;
         b.report.in_flight_at_kill += in_flight;
         b.active -= 1;
@@ -995,13 +1101,26 @@ impl Instance {
             return Err("too many transactions".to_owned());
         }
         let mut kill = None;
+        let mut flap = None;
         match self.take_fault(n) {
             Some(fault @ GroupFault::Zombie { .. }) => {
                 self.become_zombie(fault).await?;
             }
             Some(GroupFault::Kill { step, .. }) => kill = Some(step),
+            Some(GroupFault::Flap {
+                cut_ms,
+                reset,
+                slow_ms,
+                ..
+            }) => {
+                let mut b = self.shared.board();
+                b.active -= 1;
+                b.report.flaps += 1;
+                flap = Some((cut_ms, reset, slow_ms));
+            }
             None => {}
         }
+        let generation_at_begin = self.member.generation();
         let zombie_killed = self.is_last_zombie_attempt_killed();
         let tag = format!("i{}t{n}", self.idx);
         self.stall(ZombieStep::BeforeBegin).await;
@@ -1039,6 +1158,9 @@ impl Instance {
                     break 'txn Some(("send", e));
                 }
             }
+            if let Some((cut_ms, reset, slow_ms)) = flap {
+                self.flap(cut_ms, reset, slow_ms).await?;
+            }
             self.stall(ZombieStep::AfterSend).await;
             let offsets = match &self.zombie {
                 Some(_) if self.shared.schedule.bypass_fence => {
@@ -1059,6 +1181,13 @@ impl Instance {
                     self.producer
                         .send_offsets_to_transaction(&next, &stale)
                         .await
+                }
+                None if !self.shared.schedule.trust_commit_time_metadata
+                    && gate.as_ref().is_some_and(|g| !g.is_open()) =>
+                {
+                    // The lease the input was read under ended: abort.
+                    self.shared.board().lease_ended_before_offsets += 1;
+                    break 'txn None;
                 }
                 _ => {
                     self.member
@@ -1095,6 +1224,9 @@ impl Instance {
             self.note_zombie_attempt(&committed);
             match committed {
                 Ok(()) => {
+                    if flap.is_some() && self.member.generation() != generation_at_begin {
+                        self.shared.board().report.flap_commits_across_generations += 1;
+                    }
                     self.positions = next;
                     return self.zombie_attempt_done().await;
                 }
@@ -1112,6 +1244,7 @@ impl Instance {
                     let mut b = self.shared.board();
                     if self.zombie.is_some() {
                         b.active -= 1;
+                        b.zombie_running = false;
                     }
                     return Ok(Some(Exit::Fenced));
                 }
@@ -1129,6 +1262,7 @@ impl Instance {
                     let mut b = self.shared.board();
                     if self.zombie.is_some() {
                         b.active -= 1;
+                        b.zombie_running = false;
                     }
                     return Ok(Some(Exit::Fenced));
                 }
