@@ -33,7 +33,11 @@
 //!   of its clients, and then dropped without `close`, with records in
 //!   flight, after its offsets were added, or while its EndTxn is out. No
 //!   graceful flush reaches a broker; its open transaction is left to the
-//!   coordinator's transaction timeout.
+//!   coordinator's transaction timeout;
+//! - a **flap**: a healthy member is cut off from the coordinator in the
+//!   middle of a transaction while the application is slow; it may be
+//!   expelled and rejoin before its commit. See
+//!   [`GroupSchedule::trust_commit_time_metadata`] for what that breaks.
 //!
 //! **Checks**: [`crate::eos::check`], on the same two readings (Weir's
 //! read_committed consumer and the raw log with [`visible_in_log`]). The
