@@ -91,11 +91,13 @@ use crate::testkit_dial::client_config;
 type Kit = Arc<weir_testkit::Cluster>;
 
 const INPUT: &str = "eos-in";
-const OUTPUT: &str = "eos-out";
+/// The output topic ([`read_committed`] reads it; `eos_group` writes it too).
+pub const OUTPUT: &str = "eos-out";
 const GROUP: &str = "eos-app";
 const TRANSACTIONAL_ID: &str = "eos-app-0";
 const INPUT_PARTITIONS: i32 = 2;
-const OUTPUT_PARTITIONS: i32 = 3;
+/// Partitions of [`OUTPUT`].
+pub const OUTPUT_PARTITIONS: i32 = 3;
 /// Brokers of the cluster a schedule runs on: coordinators and leaders are
 /// spread over them, so partitions and coordinator moves hit different ones.
 pub const BROKERS: i32 = 3;
@@ -1497,7 +1499,10 @@ async fn leader_of(kit: &Kit, partition: i32) -> Result<i32, String> {
 
 /// Every committed output value per output partition, read_committed up to
 /// the last stable offset of each.
-async fn read_committed(kit: &Kit, cluster: Cluster) -> Result<Reading, String> {
+///
+/// # Errors
+/// The output could not be read to its last stable offsets.
+pub async fn read_committed(kit: &Kit, cluster: Cluster) -> Result<Reading, String> {
     let mut consumer = Consumer::with_cluster(
         cluster,
         ConsumerOptions {

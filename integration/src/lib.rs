@@ -2,4 +2,5 @@
 //! the exactly-once checker and in-memory dialer used with the testkit.
 
 pub mod eos;
+pub mod eos_group;
 pub mod testkit_dial;

@@ -225,7 +225,15 @@ impl Membership {
     /// A lost connection or timeout: find the coordinator again and retry.
     fn on_client_error(&self, what: &str, e: &ClientError) -> Flow {
         tracing::info!(group = %self.config.group_id, what, error = %e, "group request failed");
-        if e.is_network() || e.is_retriable() {
+        // A retried request (FindCoordinator) that ran out of time on
+        // network errors is a network error too: the membership has its
+        // own loop and tries again, as Java's consumer does, instead of
+        // dying of a transient outage longer than default.api.timeout.ms.
+        let cause = match e {
+            ClientError::RetriesExhausted { last, .. } => last.as_ref(),
+            e => e,
+        };
+        if cause.is_network() || cause.is_retriable() {
             self.cluster
                 .invalidate_coordinator(CoordinatorKind::Group, &self.config.group_id);
             Flow::Rejoin(self.backoff)
