@@ -162,6 +162,38 @@ pub struct StreamsConfig {
     /// so tests can show the fence is what keeps a zombie's late writes out.
     #[doc(hidden)]
     pub unfenced_changelog: bool,
+    /// Test-only: a worker descheduled right after its lease check, before
+    /// it writes (see [`PauseHook`]).
+    #[doc(hidden)]
+    pub pause_before_write: PauseHook,
+}
+
+/// Test-only: asked by a worker each time it has passed its lease check and
+/// is about to write; a duration returned is slept there, as if the process
+/// had been descheduled (a GC pause, SIGSTOP, a starved VM) at the worst
+/// moment. The rest of the instance (its membership, its producers) runs
+/// on meanwhile. A real pause stops those too, but every lease check after
+/// it sees the time that passed; the only writes a pause can let through are
+/// those whose check came before it, which is what this models.
+#[doc(hidden)]
+#[derive(Clone, Default)]
+pub struct PauseHook(pub Option<std::sync::Arc<dyn Fn() -> Option<Duration> + Send + Sync>>);
+
+impl std::fmt::Debug for PauseHook {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0.is_some() {
+            "PauseHook(set)"
+        } else {
+            "PauseHook(none)"
+        })
+    }
+}
+
+impl PauseHook {
+    /// How long to pause now, if at all.
+    pub(crate) fn due(&self) -> Option<Duration> {
+        self.0.as_ref().and_then(|f| f())
+    }
 }
 
 /// The properties this config reads itself; the rest go to the client,
@@ -229,6 +261,7 @@ impl StreamsConfig {
             producer: ProducerOptions::default(),
             commit_interval_set: false,
             unfenced_changelog: false,
+            pause_before_write: PauseHook::default(),
         }
     }
 

@@ -196,3 +196,127 @@ async fn zombie_run(props: &[(&str, &str)]) -> Outcome {
         outputs,
     }
 }
+
+/// The same report with a process paused at the worst moment: instance a's
+/// worker is descheduled for 30 s (three session timeouts) right after it
+/// passed its lease check, with records processed and about to be written,
+/// while its member has lost the coordinator. The member fences itself, b
+/// takes every task over and counts on; then a's worker wakes up and goes
+/// on writing and committing what it processed. Under at-least-once the
+/// changelog and the outputs never show a stale count; under exactly-once
+/// every word is counted once.
+#[tokio::test(start_paused = true)]
+async fn a_worker_paused_after_its_lease_check_never_writes_stale_state_under_at_least_once() {
+    let run = paused_run(&[("commit.interval.ms", "1000")]).await;
+    assert_eq!(
+        run.changelog, run.expected,
+        "no late write changed the changelog"
+    );
+    for (w, v) in &run.outputs {
+        assert!(
+            *v <= run.expected[w],
+            "{w}: output {v} above the true count"
+        );
+    }
+    assert_eq!(last_counts_of(&run.outputs), run.expected);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_worker_paused_after_its_lease_check_never_commits_under_exactly_once() {
+    let run = paused_run(&[("processing.guarantee", "exactly_once_v2")]).await;
+    let total: u64 = run.expected.values().sum();
+    assert_eq!(
+        run.outputs.len() as u64,
+        total,
+        "every word counted exactly once"
+    );
+    assert_eq!(last_counts_of(&run.outputs), run.expected);
+    assert_eq!(run.changelog, run.expected);
+}
+
+fn last_counts_of(outputs: &[(String, u64)]) -> BTreeMap<String, u64> {
+    outputs.iter().cloned().collect()
+}
+
+async fn paused_run(props: &[(&str, &str)]) -> Outcome {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+
+    let kit = testkit(3, 4).await;
+    let (first, _) = lines(60, 41);
+    let (second, _) = lines(60, 43);
+    let (third, _) = lines(60, 47);
+    let all: Vec<String> = first.iter().chain(&second).chain(&third).cloned().collect();
+    let expected = recount(&all);
+    produce_words(&kit, &first).await;
+    let dirs: Vec<_> = (0..2).map(|_| tempfile::tempdir().unwrap()).collect();
+    let armed = Arc::new(AtomicBool::new(false));
+    let paused = Arc::new(AtomicU32::new(0));
+    let mut config_a = streams_config(&kit, "wc", "a", dirs[0].path(), props);
+    let (arm, count) = (Arc::clone(&armed), Arc::clone(&paused));
+    config_a.pause_before_write = weir_streams::config::PauseHook(Some(Arc::new(move || {
+        arm.swap(false, Ordering::SeqCst).then(|| {
+            count.fetch_add(1, Ordering::SeqCst);
+            Duration::from_secs(30)
+        })
+    })));
+    let a = start(count_keys(), config_a).await;
+    let b = start(
+        count_keys(),
+        streams_config(&kit, "wc", "b", dirs[1].path(), props),
+    )
+    .await;
+    eventually("both process", Duration::from_secs(120), || async {
+        !a.metrics().tasks.is_empty() && !b.metrics().tasks.is_empty() && a.metrics().commits > 0
+    })
+    .await;
+
+    // a's member loses the coordinator; a's worker pauses at its next write.
+    let cut = kit
+        .partition_client(
+            ClientSelector::ClientId("a".into()),
+            PartitionTarget::GroupCoordinator("wc".into()),
+        )
+        .await
+        .unwrap();
+    armed.store(true, Ordering::SeqCst);
+    produce_words(&kit, &second).await;
+    eventually("a's worker paused", Duration::from_secs(20), || async {
+        paused.load(Ordering::SeqCst) == 1
+    })
+    .await;
+    let paused_at = tokio::time::Instant::now();
+    eventually("b owns every task", Duration::from_secs(25), || async {
+        b.metrics().tasks.len() == 4
+    })
+    .await;
+    produce_words(&kit, &third).await;
+    let words: u64 = expected.values().sum();
+    eventually("b counted everything", Duration::from_secs(25), || async {
+        changelog_state(&kit).await == expected
+            && read_committed(&kit, OUTPUT).await.len() as u64 >= words
+    })
+    .await;
+    assert!(
+        paused_at.elapsed() < Duration::from_secs(30),
+        "b took over and counted while a's worker was still paused"
+    );
+    // a's worker wakes up and writes what it processed before its pause.
+    tokio::time::sleep(Duration::from_secs(35).saturating_sub(paused_at.elapsed())).await;
+    kit.remove_fault(cut).await.unwrap();
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    let changelog = changelog_state(&kit).await;
+    let outputs = read_committed(&kit, OUTPUT)
+        .await
+        .into_iter()
+        .map(|(_, w, v)| (w, v.parse().unwrap()))
+        .collect();
+    a.close(Duration::from_secs(120)).await.unwrap();
+    b.close(Duration::from_secs(30)).await.unwrap();
+    Outcome {
+        expected,
+        changelog,
+        stores: BTreeMap::new(),
+        outputs,
+    }
+}

@@ -278,7 +278,7 @@ impl Worker {
         }
         self.send(outputs).await?;
         if self.last_commit.elapsed() >= self.rt.config.commit_interval {
-            self.commit().await?;
+            self.commit(false).await?;
         }
         Ok(())
     }
@@ -469,6 +469,10 @@ impl Worker {
             self.suspend_all("the membership lease ended").await;
             return Ok(());
         }
+        if let Some(pause) = self.rt.config.pause_before_write.due() {
+            tracing::warn!(pause = ?pause, "test hook: the worker is descheduled between its lease check and its writes");
+            tokio::time::sleep(pause).await;
+        }
         self.producers().await?;
         let gate = self.output_gate();
         let Some(producers) = self.producers.as_ref() else {
@@ -517,7 +521,10 @@ impl Worker {
         Ok(())
     }
 
-    async fn commit(&mut self) -> Result<()> {
+    /// Commits the tasks' work. `instructed`: the instance asked for it
+    /// while handling an assignment event (a revocation, a shutdown), so
+    /// every loss of an older generation has reached this worker already.
+    async fn commit(&mut self, instructed: bool) -> Result<()> {
         self.last_commit = Instant::now();
         if self.tasks.values().all(|t| !t.dirty) {
             return Ok(());
@@ -525,6 +532,19 @@ impl Worker {
         if !self.writable() {
             self.suspend_all("the membership lease ended before the commit")
                 .await;
+            return Ok(());
+        }
+        if !instructed && !self.confirmed() {
+            // The lease is of a generation whose assignment the instance has
+            // not handled yet: the member may have lost its partitions and
+            // rejoined since this work's input was read, and the losses of
+            // the older generation reach this worker (as `Lose`) before the
+            // newer one is confirmed. Committing now, with the new
+            // generation's metadata, could commit input another member has
+            // processed meanwhile; the commit waits for the next tick.
+            tracing::debug!(
+                "commit deferred: the current generation's assignment is not handled yet"
+            );
             return Ok(());
         }
         let rt = Arc::clone(&self.rt);
@@ -610,7 +630,7 @@ impl Worker {
     /// on this disk opens them without replaying a journal).
     async fn revoke(&mut self, tasks: &[TaskId]) {
         if tasks.iter().any(|t| self.tasks.contains_key(t))
-            && let Err(e) = self.commit().await
+            && let Err(e) = self.commit(true).await
         {
             tracing::warn!(error = %e, "commit before revocation failed");
         }
