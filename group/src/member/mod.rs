@@ -267,6 +267,16 @@ impl GroupMember {
     /// A member with no generation sends nothing: the producer refuses its
     /// metadata and the transaction becomes abortable.
     ///
+    /// The metadata is the generation's *at this call*. A member that lost
+    /// its partitions and rejoined while the transaction ran holds a new
+    /// generation the coordinator accepts, though another member may have
+    /// processed the same input meanwhile. Take a [`Lease::gate`] when the
+    /// transaction begins and abort instead of calling this once it closed
+    /// (a gate never reopens under a later lease); weir-streams waits until
+    /// its instance has handled the new generation's assignment instead.
+    /// `integration/tests/eos_group_checker.rs` has the failing case
+    /// (ignored).
+    ///
     /// # Errors
     /// As [`TransactionalProducer::send_offsets_to_transaction`]: abortable
     /// for a stale membership or no generation (source
