@@ -259,7 +259,9 @@ impl AssignmentInfo {
 
 /// The offset sum of the task whose store is `store`: its logged stores'
 /// committed changelog offsets of `partition`, added up (`None` when it has
-/// none).
+/// none). In-memory stores count for nothing: the sum outlives the task (it
+/// is reported after the task closed, and read from the state directory
+/// after a restart), and their contents do not.
 pub(crate) fn offset_sum(
     store: &weir_store::TaskStore,
     changelogs: &[String],
@@ -268,6 +270,9 @@ pub(crate) fn offset_sum(
     let mut sum: Option<i64> = None;
     for topic in changelogs {
         let tp = weir_store::ChangelogPartition::new(topic.clone(), partition);
+        if store.is_volatile(&tp) {
+            continue;
+        }
         if let weir_store::CommittedOffset::Known(o) = store.committed_offset(&tp) {
             sum = Some(sum.unwrap_or(0).saturating_add(o));
         }
