@@ -571,3 +571,30 @@ mod tests {
         assert_eq!(AssignmentInfo::decode(&info.encode()).unwrap(), info);
     }
 }
+
+#[cfg(test)]
+mod offset_sum_tests {
+    #![allow(clippy::unwrap_used)]
+
+    use weir_store::{ChangelogPartition, StoreOptions, TaskStore};
+
+    /// An in-memory store's changelog offset is not part of the sum, even
+    /// while its task store is open: the sum is still reported after the
+    /// task closed, when the contents are gone.
+    #[test]
+    fn in_memory_changelogs_count_for_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = TaskStore::open(dir.path(), StoreOptions::default()).unwrap();
+        let disk = ChangelogPartition::new("app-disk-changelog", 3);
+        let mem = ChangelogPartition::new("app-mem-changelog", 3);
+        store.key_value_store("disk").unwrap();
+        store.in_memory_key_value_store("mem", Some(&mem)).unwrap();
+        store.commit(&[(disk, 40), (mem, 2)]).unwrap();
+        let topics = [
+            "app-disk-changelog".to_owned(),
+            "app-mem-changelog".to_owned(),
+        ];
+        assert_eq!(super::offset_sum(&store, &topics, 3), Some(40));
+        assert_eq!(super::offset_sum(&store, &topics[1..], 3), None);
+    }
+}
