@@ -7,7 +7,7 @@ use std::sync::Arc;
 use fjall::Keyspace;
 
 use crate::error::{Result, StoreError};
-use crate::merge::MergedEntries;
+use crate::merge::{Committed, MergedEntries};
 use crate::meta::StoreKind;
 use crate::task_store::{StoreEntry, TaskInner, TaskStore};
 
@@ -37,6 +37,55 @@ impl TaskStore {
     /// is a window store, or [`StoreError::Engine`].
     pub fn key_value_store(&self, name: &str) -> Result<KeyValueStore> {
         self.key_value_store_with_serdes(name, None)
+    }
+
+    /// Opens the in-memory key-value store `name`, creating it empty if this
+    /// task store has no store of that name yet.
+    ///
+    /// Its committed contents live in memory only: nothing is written to
+    /// disk, and they are gone when this task store is closed or dropped.
+    /// Writes are staged and applied by [`TaskStore::commit`] (or dropped by
+    /// [`TaskStore::abort`]) exactly as for a store on disk. The offset of
+    /// `changelog`, the store's changelog partition, is kept in memory too,
+    /// so after a reopen [`TaskStore::committed_offset`] says `Unknown` and
+    /// the store is restored from the beginning of its changelog.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use weir_store::{ChangelogPartition, CommittedOffset, StoreOptions, TaskStore};
+    /// # fn main() -> Result<(), weir_store::StoreError> {
+    /// let dir = tempfile::tempdir().map_err(|e| weir_store::StoreError::InvalidArgument(e.to_string()))?;
+    /// let changelog = ChangelogPartition::new("app-cache-changelog", 0);
+    /// {
+    ///     let task = TaskStore::open(dir.path(), StoreOptions::default())?;
+    ///     let cache = task.in_memory_key_value_store("cache", Some(&changelog))?;
+    ///     cache.put(b"a", b"1")?;
+    ///     task.commit(&[(changelog.clone(), 1)])?;
+    ///     assert_eq!(cache.get(b"a")?, Some(b"1".to_vec()));
+    /// }
+    /// let task = TaskStore::open(dir.path(), StoreOptions::default())?;
+    /// assert_eq!(task.committed_offset(&changelog), CommittedOffset::Unknown);
+    /// assert_eq!(task.in_memory_key_value_store("cache", Some(&changelog))?.get(b"a")?, None);
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::InvalidStoreName`], [`StoreError::KindMismatch`] if
+    /// `name` is an in-memory window store, [`StoreError::InvalidArgument`]
+    /// if it is a store on disk.
+    pub fn in_memory_key_value_store(
+        &self,
+        name: &str,
+        changelog: Option<&crate::meta::ChangelogPartition>,
+    ) -> Result<KeyValueStore> {
+        self.register_in_memory(name, StoreKind::KeyValue, changelog)?;
+        Ok(KeyValueStore {
+            task: Arc::clone(&self.inner),
+            name: Arc::from(name),
+            path: Arc::new(self.inner.path.clone()),
+        })
     }
 
     pub(crate) fn key_value_store_with_serdes(
@@ -69,6 +118,9 @@ impl KeyValueStore {
         let entry = state.store(&self.name)?;
         if let Some(staged) = entry.staged.kv.get(key) {
             return Ok(staged.clone());
+        }
+        if let Some(memory) = &entry.memory {
+            return Ok(memory.kv.get(key).cloned());
         }
         let keyspace = self.keyspace_of(entry)?;
         drop(state);
@@ -121,7 +173,6 @@ impl KeyValueStore {
         let to = to.map(<[u8]>::to_vec);
         let state = self.task.state();
         let entry = state.store(&self.name)?;
-        let keyspace = self.keyspace_of(entry)?;
         let staged: Vec<_> = entry
             .staged
             .kv
@@ -129,7 +180,21 @@ impl KeyValueStore {
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect();
         // Taken under the state lock so no commit slips between the two views.
-        let committed = Some(keyspace.range::<Vec<u8>, _>((from, to)));
+        let committed = match &entry.memory {
+            Some(memory) => Committed::Memory(
+                memory
+                    .kv
+                    .range::<Vec<u8>, _>((from, to))
+                    .map(|(k, v)| (k.clone(), v.clone()))
+                    .collect::<Vec<_>>()
+                    .into_iter(),
+            ),
+            None => self
+                .keyspace_of(entry)?
+                .range::<Vec<u8>, _>((from, to))
+                .into(),
+        };
+        let committed = Some(committed);
         drop(state);
         Ok(MergedEntries::new(
             staged,
@@ -169,10 +234,13 @@ impl KeyValueStore {
             return 0;
         };
         let staged = entry.staged.kv.values().filter(|v| v.is_some()).count();
-        let committed = entry
-            .keyspace
-            .as_ref()
-            .map_or(0, |ks| ks.approximate_len() as u64);
+        let committed = match &entry.memory {
+            Some(memory) => memory.kv.len() as u64,
+            None => entry
+                .keyspace
+                .as_ref()
+                .map_or(0, |ks| ks.approximate_len() as u64),
+        };
         committed.saturating_add(staged as u64)
     }
 

@@ -9,6 +9,10 @@
 //!   checkpoint file: after any crash, [`TaskStore::open`] yields exactly the
 //!   last commit and its offsets, and a store whose offsets are unknown says so
 //!   ([`CommittedOffset::Unknown`]).
+//! - In-memory stores ([`TaskStore::in_memory_key_value_store`],
+//!   [`TaskStore::in_memory_window_store`]) beside them in the same task, with
+//!   the same staging, commit and abort, whose contents and changelog offset
+//!   never reach disk: a reopened task store has to restore them in full.
 //! - Restore ([`ChangelogRestorer`]) ingests sorted runs into an empty store and
 //!   applies atomic batches otherwise.
 //!

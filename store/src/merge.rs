@@ -11,11 +11,25 @@ use crate::error::{Result, StoreError};
 /// A staged write: the key and its new value, `None` for a delete.
 pub(crate) type StagedEntry = (Vec<u8>, Option<Vec<u8>>);
 
-/// Committed entries (from fjall) overlaid with staged ones, in key order.
+/// Where the committed entries of a merged read come from.
+pub(crate) enum Committed {
+    /// A fjall scan.
+    Fjall(fjall::Iter),
+    /// A copy of an in-memory store's entries in the range.
+    Memory(std::vec::IntoIter<(Vec<u8>, Vec<u8>)>),
+}
+
+impl From<fjall::Iter> for Committed {
+    fn from(iter: fjall::Iter) -> Self {
+        Self::Fjall(iter)
+    }
+}
+
+/// Committed entries (from fjall or memory) overlaid with staged ones, in key order.
 /// Staged entries win over committed ones with the same key; staged deletes hide them.
 pub struct MergedEntries {
     staged: Peekable<std::vec::IntoIter<StagedEntry>>,
-    committed: Option<fjall::Iter>,
+    committed: Option<Committed>,
     head: Option<(Vec<u8>, Vec<u8>)>,
     path: Arc<PathBuf>,
     failed: bool,
@@ -32,7 +46,7 @@ impl std::fmt::Debug for MergedEntries {
 impl MergedEntries {
     pub(crate) fn new(
         staged: Vec<StagedEntry>,
-        committed: Option<fjall::Iter>,
+        committed: Option<Committed>,
         path: Arc<PathBuf>,
     ) -> Self {
         Self {
@@ -54,14 +68,16 @@ impl Iterator for MergedEntries {
         }
         loop {
             if self.head.is_none() {
-                match self
-                    .committed
-                    .as_mut()
-                    .and_then(Iterator::next)
-                    .map(|g| g.into_inner())
-                {
+                let next = match self.committed.as_mut() {
+                    None => None,
+                    Some(Committed::Memory(entries)) => entries.next().map(Ok),
+                    Some(Committed::Fjall(iter)) => iter
+                        .next()
+                        .map(|g| g.into_inner().map(|(k, v)| (k.to_vec(), v.to_vec()))),
+                };
+                match next {
                     None => {}
-                    Some(Ok((k, v))) => self.head = Some((k.to_vec(), v.to_vec())),
+                    Some(Ok(entry)) => self.head = Some(entry),
                     Some(Err(e)) => {
                         self.failed = true;
                         return Some(Err(StoreError::engine(self.path.as_ref(), "scanning", e)));

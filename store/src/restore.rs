@@ -191,6 +191,8 @@ pub struct ChangelogRestorer {
     keyspace: Option<Keyspace>,
     jobs: Option<SyncSender<Job>>,
     worker: Option<JoinHandle<Result<Option<Spill>>>>,
+    /// Restoring an in-memory store: no worker, no batches.
+    memory: bool,
 }
 
 impl std::fmt::Debug for ChangelogRestorer {
@@ -254,6 +256,40 @@ impl TaskStore {
             store,
             armed: true,
         };
+        if self.inner.state().store(store)?.memory.is_some() {
+            // An in-memory store: records are applied to its contents as
+            // they come, and the offset is kept in memory (see `apply`).
+            self.inner.state().volatile.insert(partition.clone());
+            tracing::info!(store, partition = %partition, end_offset, "in-memory restore started");
+            registered.armed = false;
+            return Ok(ChangelogRestorer {
+                task: self.clone(),
+                store: store.to_owned(),
+                partition,
+                kind,
+                path: RestorePath::Batches,
+                progress: RestoreProgress {
+                    records: 0,
+                    bytes: 0,
+                    next_offset,
+                    end_offset,
+                },
+                batch: None,
+                batch_bytes: 0,
+                stream_time,
+                run: Vec::new(),
+                next_progress_log: PROGRESS_LOG_BYTES,
+                layout: Layout::for_memory(self.inner.options.restore_memory_bytes),
+                sample: Vec::new(),
+                sample_records: 0,
+                buckets: None,
+                slabs: None,
+                keyspace: None,
+                jobs: None,
+                worker: None,
+                memory: true,
+            });
+        }
         if let (Some(earlier), Some(_)) = (&unfinished, &keyspace) {
             // Part of the records (or all of them, without the final commit)
             // may be in the store: start over on an empty one.
@@ -357,6 +393,7 @@ impl TaskStore {
             keyspace,
             jobs: Some(jobs),
             worker: Some(worker),
+            memory: false,
         })
     }
 }
@@ -395,6 +432,9 @@ impl ChangelogRestorer {
     /// [`StoreError::BadChangelogRecord`] for keys or values the store cannot
     /// hold, or the worker's write error.
     pub fn apply(&mut self, records: &[ChangelogRecord<'_>]) -> Result<()> {
+        if self.memory {
+            return self.apply_to_memory(records);
+        }
         if self.path == RestorePath::SortedRuns && self.buckets.is_some() {
             return self.apply_to_buckets(records);
         }
@@ -492,6 +532,13 @@ impl ChangelogRestorer {
         mut report: impl FnMut(WriteProgress) + Send,
     ) -> Result<RestoreProgress> {
         match self.path {
+            RestorePath::Batches if self.memory => {
+                // Everything was applied by `apply`; the offset is memory's too.
+                let mut state = self.task.inner.state();
+                if let Some(next) = self.progress.next_offset {
+                    state.offsets.insert(self.partition.clone(), next);
+                }
+            }
             RestorePath::Batches => {
                 let durability = self.task.inner.options.durability.persist_mode();
                 self.send_batch(Some(durability))?;
@@ -584,6 +631,62 @@ impl ChangelogRestorer {
         }
         self.log_progress("restore finished");
         Ok(self.progress)
+    }
+
+    /// Applies records to an in-memory store's committed contents, with the
+    /// reached offset (kept in memory), under the state lock.
+    fn apply_to_memory(&mut self, records: &[ChangelogRecord<'_>]) -> Result<()> {
+        let task = self.task.clone();
+        let mut state = task.inner.state();
+        let entry = state.store_mut(&self.store)?;
+        for record in records {
+            let bad = |reason: String| StoreError::BadChangelogRecord {
+                store: self.store.clone(),
+                offset: record.offset,
+                reason,
+            };
+            let size = record.key.len() + record.value.map_or(0, <[u8]>::len);
+            let Some(memory) = entry.memory.as_mut() else {
+                return Err(StoreError::UnknownStore(self.store.clone()));
+            };
+            match self.kind {
+                StoreKind::KeyValue => {
+                    check_entry(&self.store, record.key, record.value)
+                        .map_err(|e| bad(e.to_string()))?;
+                    memory.apply_kv(record.key, record.value);
+                }
+                StoreKind::Window {
+                    retention_ms,
+                    segment_ms,
+                } => {
+                    let (key, window_start) = split_window_changelog_key(record.key)
+                        .ok_or_else(|| bad("window changelog key shorter than 8 bytes".into()))?;
+                    let encoded =
+                        encode_segment_key(key, window_start).map_err(|e| bad(e.to_string()))?;
+                    if record.value.is_some() {
+                        self.stream_time = Some(
+                            self.stream_time
+                                .map_or(window_start, |t| t.max(window_start)),
+                        );
+                    }
+                    if is_live(window_start, retention_ms, self.stream_time) {
+                        memory.apply_window(
+                            segment_of(window_start, segment_ms),
+                            &encoded,
+                            record.value,
+                        );
+                    }
+                    entry.stream_time = self.stream_time;
+                }
+            }
+            self.progress.records += 1;
+            self.progress.bytes += size as u64;
+            self.progress.next_offset = Some(record.offset + 1);
+        }
+        if let Some(next) = self.progress.next_offset {
+            state.offsets.insert(self.partition.clone(), next);
+        }
+        Ok(())
     }
 
     fn segment(&self, segment: i64) -> Result<Keyspace> {

@@ -1,7 +1,7 @@
 //! One fjall database per task: opening it safely, the per-task staging layer,
 //! and the atomic commit of staged writes together with changelog offsets.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
@@ -55,6 +55,52 @@ pub(crate) struct StoreEntry {
     /// Committed stream time of a window store.
     pub(crate) stream_time: Option<i64>,
     pub(crate) staged: Staged,
+    /// The committed contents of an in-memory store (`None` for a store in
+    /// fjall): nothing of it is ever written to disk.
+    pub(crate) memory: Option<MemoryData>,
+}
+
+/// The committed contents of an in-memory store.
+#[derive(Debug, Default)]
+pub(crate) struct MemoryData {
+    /// Key-value stores: the entries.
+    pub(crate) kv: BTreeMap<Vec<u8>, Vec<u8>>,
+    /// Window stores: segment id to encoded segment key and value.
+    pub(crate) segments: BTreeMap<i64, BTreeMap<Vec<u8>, Vec<u8>>>,
+}
+
+impl MemoryData {
+    /// Applies one committed write of a key-value store.
+    pub(crate) fn apply_kv(&mut self, key: &[u8], value: Option<&[u8]>) {
+        match value {
+            Some(v) => {
+                self.kv.insert(key.to_vec(), v.to_vec());
+            }
+            None => {
+                self.kv.remove(key);
+            }
+        }
+    }
+
+    /// Applies one committed write of a window store.
+    pub(crate) fn apply_window(&mut self, segment: i64, key: &[u8], value: Option<&[u8]>) {
+        match value {
+            Some(v) => {
+                self.segments
+                    .entry(segment)
+                    .or_default()
+                    .insert(key.to_vec(), v.to_vec());
+            }
+            None => {
+                if let Some(seg) = self.segments.get_mut(&segment) {
+                    seg.remove(key);
+                    if seg.is_empty() {
+                        self.segments.remove(&segment);
+                    }
+                }
+            }
+        }
+    }
 }
 
 impl StoreEntry {
@@ -76,6 +122,9 @@ pub(crate) struct TaskState {
     pub(crate) restoring: BTreeMap<String, ChangelogPartition>,
     /// Stores with an open restorer, and the partition it restores from.
     pub(crate) restorers: BTreeMap<String, ChangelogPartition>,
+    /// Changelog partitions of in-memory stores: their offsets are kept in
+    /// `offsets` while the task store is open, and never written to disk.
+    pub(crate) volatile: BTreeSet<ChangelogPartition>,
 }
 
 impl TaskState {
@@ -428,6 +477,11 @@ impl TaskStore {
                     }
                 }
             }
+            if entry.memory.is_some() {
+                // Applied to memory once the batch committed, below.
+                writes += entry.staged.kv.len() + entry.staged.window.len();
+                continue;
+            }
             for ((segment, key), value) in &entry.staged.window {
                 let ks = match entry.segments.get(segment) {
                     Some(ks) => ks.clone(),
@@ -456,6 +510,9 @@ impl TaskStore {
             writes += entry.staged.kv.len() + entry.staged.window.len();
         }
         for (partition, offset) in changelog_offsets {
+            if state.volatile.contains(partition) {
+                continue;
+            }
             batch.insert(
                 &inner.meta,
                 meta::offset_key(partition),
@@ -482,7 +539,15 @@ impl TaskStore {
             if let Some(t) = entry.staged.stream_time {
                 entry.stream_time = Some(entry.stream_time.map_or(t, |c| c.max(t)));
             }
-            entry.staged = Staged::default();
+            let staged = std::mem::take(&mut entry.staged);
+            if let Some(memory) = entry.memory.as_mut() {
+                for (key, value) in &staged.kv {
+                    memory.apply_kv(key, value.as_deref());
+                }
+                for ((segment, key), value) in &staged.window {
+                    memory.apply_window(*segment, key, value.as_deref());
+                }
+            }
         }
         for (partition, offset) in changelog_offsets {
             state.offsets.insert(partition.clone(), *offset);
@@ -606,9 +671,69 @@ impl TaskStore {
                 segments: BTreeMap::new(),
                 stream_time: None,
                 staged: Staged::default(),
+                memory: None,
             },
         );
         Ok(())
+    }
+
+    /// Registers an in-memory store, or checks an existing one. Nothing is
+    /// written to disk: the registration, the contents and the offset of
+    /// `changelog` live as long as this task store is open.
+    pub(crate) fn register_in_memory(
+        &self,
+        name: &str,
+        kind: StoreKind,
+        changelog: Option<&ChangelogPartition>,
+    ) -> Result<()> {
+        validate_store_name(name)?;
+        let mut state = self.inner.state();
+        if let Some(entry) = state.stores.get(name) {
+            if entry.memory.is_none() {
+                return Err(StoreError::InvalidArgument(format!(
+                    "store {name:?} exists on disk in {} as a persistent store; \
+                     wipe the task's state to make it in-memory",
+                    self.inner.path.display()
+                )));
+            }
+            if entry.registration.kind != kind {
+                return Err(StoreError::KindMismatch {
+                    store: name.to_owned(),
+                    stored: entry.registration.kind.to_string(),
+                    requested: kind.to_string(),
+                });
+            }
+        } else {
+            state.stores.insert(
+                name.to_owned(),
+                StoreEntry {
+                    registration: Registration { kind, serdes: None },
+                    keyspace: None,
+                    segments: BTreeMap::new(),
+                    stream_time: None,
+                    staged: Staged::default(),
+                    memory: Some(MemoryData::default()),
+                },
+            );
+        }
+        if let Some(partition) = changelog
+            && state.volatile.insert(partition.clone())
+        {
+            // An offset of this partition on disk (a persistent store of an
+            // earlier run) claims contents this store does not have.
+            if state.offsets.remove(partition).is_some() {
+                drop(state);
+                self.inner
+                    .write_meta_now(&[], &[meta::offset_key(partition)])?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether `partition` is the changelog of an in-memory store: its
+    /// committed offset is lost when this task store closes.
+    pub fn is_volatile(&self, partition: &ChangelogPartition) -> bool {
+        self.inner.state().volatile.contains(partition)
     }
 
     fn discard_interrupted_restores(
@@ -672,6 +797,11 @@ impl TaskStore {
                 else {
                     continue;
                 };
+                if let Some(memory) = entry.memory.as_mut() {
+                    memory.segments.retain(|s, _| {
+                        !crate::window::segment_expired(*s, segment_ms, retention_ms, stream_time)
+                    });
+                }
                 let expired: Vec<i64> = entry
                     .segments
                     .keys()
@@ -759,6 +889,7 @@ fn load_state(inner: &TaskInner) -> Result<Vec<(String, Option<ChangelogPartitio
             segments: BTreeMap::new(),
             stream_time: stream_times.get(&name).copied(),
             staged: Staged::default(),
+            memory: None,
         };
         match registration.kind {
             StoreKind::KeyValue => entry.keyspace = Some(inner.keyspace(&kv_keyspace_name(&name))?),

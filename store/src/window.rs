@@ -5,12 +5,13 @@
 //! big-endian]`, so one key's windows are contiguous and in time order.
 
 use std::collections::VecDeque;
+use std::ops::Bound;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
 use crate::error::{Result, StoreError};
-use crate::merge::MergedEntries;
+use crate::merge::{Committed, MergedEntries};
 use crate::meta::StoreKind;
 use crate::task_store::{TaskInner, TaskStore};
 
@@ -127,6 +128,41 @@ impl TaskStore {
         segment: Duration,
     ) -> Result<WindowStore> {
         self.window_store_with_serdes(name, retention, segment, None)
+    }
+
+    /// Opens the in-memory window store `name`, creating it empty if this
+    /// task store has no store of that name yet. Retention works as for
+    /// [`TaskStore::window_store`]; contents and the offset of `changelog`
+    /// live only in memory, as for [`TaskStore::in_memory_key_value_store`].
+    ///
+    /// # Errors
+    ///
+    /// As [`TaskStore::window_store`], and [`StoreError::InvalidArgument`]
+    /// if `name` is a store on disk.
+    pub fn in_memory_window_store(
+        &self,
+        name: &str,
+        retention: Duration,
+        segment: Duration,
+        changelog: Option<&crate::meta::ChangelogPartition>,
+    ) -> Result<WindowStore> {
+        let retention_ms = millis(retention, "retention")?;
+        let segment_ms = millis(segment, "segment interval")?;
+        self.register_in_memory(
+            name,
+            StoreKind::Window {
+                retention_ms,
+                segment_ms,
+            },
+            changelog,
+        )?;
+        Ok(WindowStore {
+            task: Arc::clone(&self.inner),
+            name: Arc::from(name),
+            retention_ms,
+            segment_ms,
+            path: Arc::new(self.inner.path.clone()),
+        })
     }
 
     pub(crate) fn window_store_with_serdes(
@@ -276,6 +312,9 @@ impl WindowStore {
         let state = self.task.state();
         let entry = state.store(&self.name)?;
         let mut segments: Vec<i64> = entry.segments.range(lo..=hi).map(|(s, _)| *s).collect();
+        if let Some(memory) = &entry.memory {
+            segments.extend(memory.segments.range(lo..=hi).map(|(s, _)| *s));
+        }
         segments.extend(
             entry
                 .staged
@@ -302,10 +341,23 @@ impl WindowStore {
             .filter(|((_, k), _)| bounds.is_none_or(|(lo, hi)| (lo..=hi).contains(&k.as_slice())))
             .map(|((_, k), v)| (k.clone(), v.clone()))
             .collect();
-        let committed = match (entry.segments.get(&segment), bounds) {
-            (Some(ks), Some((lo, hi))) => Some(ks.range(lo..=hi)),
-            (Some(ks), None) => Some(ks.iter()),
-            (None, _) => None,
+        let committed = if let Some(memory) = &entry.memory {
+            memory.segments.get(&segment).map(|seg| {
+                let entries: Vec<_> = match bounds {
+                    Some((lo, hi)) => seg
+                        .range::<[u8], _>((Bound::Included(lo), Bound::Included(hi)))
+                        .map(|(k, v)| (k.clone(), v.clone()))
+                        .collect(),
+                    None => seg.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+                };
+                Committed::Memory(entries.into_iter())
+            })
+        } else {
+            match (entry.segments.get(&segment), bounds) {
+                (Some(ks), Some((lo, hi))) => Some(ks.range(lo..=hi).into()),
+                (Some(ks), None) => Some(ks.iter().into()),
+                (None, _) => None,
+            }
         };
         drop(state);
         Ok(MergedEntries::new(

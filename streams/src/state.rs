@@ -50,6 +50,10 @@ pub struct StoreSpec {
     /// (default). A store without a changelog cannot be restored on another
     /// instance.
     pub logged: bool,
+    /// Whether its contents live in memory only (see
+    /// [`crate::TopologyBuilder::in_memory`]); by default they are in the
+    /// task's fjall database on disk.
+    pub in_memory: bool,
     /// Key serde name (for describe()).
     pub key_serde: &'static str,
     /// Value serde name (for describe()).

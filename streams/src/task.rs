@@ -483,11 +483,31 @@ fn open_store(
     queue: &ChangelogQueue,
 ) -> Result<StoreSlot, StreamsError> {
     let err = |source| StreamsError::store(spec.name.clone(), source);
-    let store = match &spec.kind {
-        StoreType::KeyValue => OpenStore::Kv(task_store.key_value_store(&spec.name).map_err(err)?),
-        StoreType::Window { retention, segment } => OpenStore::Window(
+    let changelog_partition = spec.logged.then(|| {
+        weir_store::ChangelogPartition::new(spec.changelog_topic(application_id), partition)
+    });
+    let store = match (&spec.kind, spec.in_memory) {
+        (StoreType::KeyValue, false) => {
+            OpenStore::Kv(task_store.key_value_store(&spec.name).map_err(err)?)
+        }
+        (StoreType::KeyValue, true) => OpenStore::Kv(
+            task_store
+                .in_memory_key_value_store(&spec.name, changelog_partition.as_ref())
+                .map_err(err)?,
+        ),
+        (StoreType::Window { retention, segment }, false) => OpenStore::Window(
             task_store
                 .window_store(&spec.name, *retention, *segment)
+                .map_err(err)?,
+        ),
+        (StoreType::Window { retention, segment }, true) => OpenStore::Window(
+            task_store
+                .in_memory_window_store(
+                    &spec.name,
+                    *retention,
+                    *segment,
+                    changelog_partition.as_ref(),
+                )
                 .map_err(err)?,
         ),
     };

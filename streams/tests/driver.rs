@@ -62,6 +62,35 @@ fn word_count() -> TopologyTestDriver {
     TopologyTestDriver::new(topology, "wc").unwrap()
 }
 
+/// The same counts with the store in memory: the driver reads and commits
+/// it like a store on disk, and an unknown name is refused at build.
+#[test]
+fn word_count_with_an_in_memory_store() {
+    let mut b = TopologyBuilder::new();
+    let counts = b.kv_store::<String, u64>("counts");
+    b.in_memory("counts");
+    let lines = b.source::<(), String>("lines", &["text"]);
+    let words = b.processor("split", &[&lines], || Split, &[]);
+    let c = counts.clone();
+    let counted = b.processor("count", &[&words], move || Count(c.clone()), &[&counts]);
+    b.sink("out", &[&counted], "word-counts");
+    let mut d = TopologyTestDriver::new(b.build().unwrap(), "wc").unwrap();
+    d.pipe("text", &(), &"rust kafka rust".to_string(), 10)
+        .unwrap();
+    assert_eq!(
+        d.kv_store::<String, u64>("counts").unwrap(),
+        vec![("kafka".to_string(), 1), ("rust".to_string(), 2)]
+    );
+    assert_eq!(d.changelog("counts").len(), 3);
+
+    let mut b = TopologyBuilder::new();
+    b.in_memory("nope");
+    let _ = b.source::<(), String>("lines", &["text"]);
+    assert!(
+        matches!(b.build(), Err(StreamsError::InvalidTopology(m)) if m.contains("in_memory: unknown store nope"))
+    );
+}
+
 #[test]
 fn word_count_through_a_repartition_topic() {
     let mut d = word_count();
@@ -157,14 +186,33 @@ impl Processor<String, String> for Execute {
 
 #[test]
 fn a_failed_record_leaves_no_dedup_id_in_the_store() {
+    failed_record_leaves_no_dedup_id(false);
+}
+
+#[test]
+fn a_failed_record_leaves_no_dedup_id_in_an_in_memory_store() {
+    failed_record_leaves_no_dedup_id(true);
+}
+
+fn failed_record_leaves_no_dedup_id(in_memory: bool) {
     let mut b = TopologyBuilder::new();
     let seen = b.window_store::<String, i64>("seen", Duration::from_secs(3600));
+    if in_memory {
+        b.in_memory("seen");
+    }
     let cmds = b.source::<String, String>("cmds", &["commands"]);
     let s = seen.clone();
     let dedup = b.processor("dedup", &[&cmds], move || Dedup(s.clone()), &[&seen]);
     let exec = b.processor("execute", &[&dedup], || Execute, &[]);
     b.sink("results", &[&exec], "command-results");
-    let mut d = TopologyTestDriver::new(b.build().unwrap(), "dedup").unwrap();
+    let topology = b.build().unwrap();
+    assert_eq!(
+        topology.describe().contains("stores: [seen (in-memory)]"),
+        in_memory,
+        "{}",
+        topology.describe()
+    );
+    let mut d = TopologyTestDriver::new(topology, "dedup").unwrap();
 
     d.pipe("commands", &"c1".to_string(), &"ok".to_string(), 1_000)
         .unwrap();

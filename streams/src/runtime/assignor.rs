@@ -274,7 +274,9 @@ impl AssignmentInfo {
 
 /// The offset sum of the task whose store is `store`: its logged stores'
 /// committed changelog offsets of `partition`, added up (`None` when it has
-/// none).
+/// none). In-memory stores count for nothing: the sum outlives the task (it
+/// is reported after the task closed, and read from the state directory
+/// after a restart), and their contents do not.
 pub(crate) fn offset_sum(
     store: &weir_store::TaskStore,
     changelogs: &[String],
@@ -283,6 +285,9 @@ pub(crate) fn offset_sum(
     let mut sum: Option<i64> = None;
     for topic in changelogs {
         let tp = weir_store::ChangelogPartition::new(topic.clone(), partition);
+        if store.is_volatile(&tp) {
+            continue;
+        }
         if let weir_store::CommittedOffset::Known(o) = store.committed_offset(&tp) {
             sum = Some(sum.unwrap_or(0).saturating_add(o));
         }
@@ -758,5 +763,32 @@ mod tests {
             probing_ms: Some(600_000),
         };
         assert_eq!(AssignmentInfo::decode(&info.encode()).unwrap(), info);
+    }
+}
+
+#[cfg(test)]
+mod offset_sum_tests {
+    #![allow(clippy::unwrap_used)]
+
+    use weir_store::{ChangelogPartition, StoreOptions, TaskStore};
+
+    /// An in-memory store's changelog offset is not part of the sum, even
+    /// while its task store is open: the sum is still reported after the
+    /// task closed, when the contents are gone.
+    #[test]
+    fn in_memory_changelogs_count_for_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = TaskStore::open(dir.path(), StoreOptions::default()).unwrap();
+        let disk = ChangelogPartition::new("app-disk-changelog", 3);
+        let mem = ChangelogPartition::new("app-mem-changelog", 3);
+        store.key_value_store("disk").unwrap();
+        store.in_memory_key_value_store("mem", Some(&mem)).unwrap();
+        store.commit(&[(disk, 40), (mem, 2)]).unwrap();
+        let topics = [
+            "app-disk-changelog".to_owned(),
+            "app-mem-changelog".to_owned(),
+        ];
+        assert_eq!(super::offset_sum(&store, &topics, 3), Some(40));
+        assert_eq!(super::offset_sum(&store, &topics[1..], 3), None);
     }
 }

@@ -109,11 +109,21 @@ async fn commit_store(
     inputs: &BTreeMap<TopicPartition, i64>,
 ) -> Result<()> {
     let mut offsets: Vec<(ChangelogPartition, i64)> = changelog.into_iter().collect();
-    offsets.extend(
-        inputs
-            .iter()
-            .map(|(tp, o)| (ChangelogPartition::new(tp.topic.clone(), tp.partition), *o)),
-    );
+    // A task whose stores are all in memory has nothing on disk the input
+    // offsets could describe: recording them would claim state that is gone
+    // after a restart.
+    let on_disk = rt
+        .topology
+        .subtopology_stores(id.subtopology)
+        .iter()
+        .any(|spec| !spec.in_memory);
+    if on_disk {
+        offsets.extend(
+            inputs
+                .iter()
+                .map(|(tp, o)| (ChangelogPartition::new(tp.topic.clone(), tp.partition), *o)),
+        );
+    }
     let committed = store.clone();
     tokio::task::spawn_blocking(move || committed.commit(&offsets))
         .await

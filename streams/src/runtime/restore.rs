@@ -112,18 +112,39 @@ pub(crate) async fn open_task_store(rt: &Runtime, task: TaskId) -> Result<Option
         return Ok(None);
     }
     let store = open_store(rt, task).await?;
+    let partition = i32::try_from(task.partition).unwrap_or(i32::MAX);
     for spec in &specs {
         let s = store.clone();
         let spec2 = spec.clone();
-        blocking(task, move || match spec2.kind {
-            crate::state::StoreType::KeyValue => s.key_value_store(&spec2.name).map(|_| ()),
-            crate::state::StoreType::Window { retention, segment } => {
-                s.window_store(&spec2.name, retention, segment).map(|_| ())
-            }
-        })
-        .await?;
+        let app = rt.app().to_owned();
+        blocking(task, move || register_store(&s, &spec2, &app, partition)).await?;
     }
     Ok(Some(store))
+}
+
+/// Registers the store of `spec` in `store`: on disk, or in memory with its
+/// changelog partition (whose offset then stays in memory too).
+pub(crate) fn register_store(
+    store: &TaskStore,
+    spec: &crate::state::StoreSpec,
+    application_id: &str,
+    partition: i32,
+) -> std::result::Result<(), StoreError> {
+    let changelog = spec
+        .logged
+        .then(|| ChangelogPartition::new(spec.changelog_topic(application_id), partition));
+    match (&spec.kind, spec.in_memory) {
+        (crate::state::StoreType::KeyValue, false) => store.key_value_store(&spec.name).map(|_| ()),
+        (crate::state::StoreType::KeyValue, true) => store
+            .in_memory_key_value_store(&spec.name, changelog.as_ref())
+            .map(|_| ()),
+        (crate::state::StoreType::Window { retention, segment }, false) => store
+            .window_store(&spec.name, *retention, *segment)
+            .map(|_| ()),
+        (crate::state::StoreType::Window { retention, segment }, true) => store
+            .in_memory_window_store(&spec.name, *retention, *segment, changelog.as_ref())
+            .map(|_| ()),
+    }
 }
 
 /// Brings every logged store of `task` in `store` up to its changelog's

@@ -357,6 +357,7 @@ impl TopologyBuilder {
             name: name.to_owned(),
             kind: StoreType::KeyValue,
             logged: true,
+            in_memory: false,
             key_serde: K::NAME,
             value_serde: V::NAME,
         });
@@ -376,6 +377,7 @@ impl TopologyBuilder {
             name: name.to_owned(),
             kind: StoreType::Window { retention, segment },
             logged: true,
+            in_memory: false,
             key_serde: K::NAME,
             value_serde: V::NAME,
         });
@@ -390,6 +392,31 @@ impl TopologyBuilder {
             None => self
                 .errors
                 .push(format!("disable_logging: unknown store {name}")),
+        }
+    }
+
+    /// Keeps store `name` in memory instead of on disk: no files, its
+    /// contents lost when its task closes or the process dies, and restored
+    /// in full from its changelog whenever the task starts (an instance
+    /// restarted on the same `state.dir` replays the whole changelog, where a
+    /// persistent store replays only what it had not committed). Writes are
+    /// staged and applied at commit exactly as for a persistent store, so
+    /// under exactly-once an aborted transaction's writes never reach it. An
+    /// in-memory store counts for nothing in the task offset sums the
+    /// assignor reports; a standby of it keeps its copy in memory.
+    ///
+    /// ```
+    /// # use weir_streams::TopologyBuilder;
+    /// let mut b = TopologyBuilder::new();
+    /// let counts = b.kv_store::<String, u64>("counts");
+    /// b.in_memory("counts");
+    /// # let src = b.source::<String, String>("in", &["words"]);
+    /// # let _ = (counts, src);
+    /// ```
+    pub fn in_memory(&mut self, name: &str) {
+        match self.stores.get_mut(name) {
+            Some(spec) => spec.in_memory = true,
+            None => self.errors.push(format!("in_memory: unknown store {name}")),
         }
     }
 
@@ -772,11 +799,19 @@ impl Topology {
                         );
                     }
                     NodeKind::Processor => {
+                        let stores: Vec<String> = node
+                            .stores
+                            .iter()
+                            .map(|name| match self.stores.get(name) {
+                                Some(spec) if spec.in_memory => format!("{name} (in-memory)"),
+                                _ => name.clone(),
+                            })
+                            .collect();
                         let _ = writeln!(
                             s,
                             "    Processor: {} (stores: [{}])",
                             node.name,
-                            node.stores.join(", ")
+                            stores.join(", ")
                         );
                     }
                     NodeKind::Sink { topic } => {
