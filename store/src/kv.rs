@@ -130,6 +130,40 @@ impl KeyValueStore {
         Ok(value.map(|v| v.to_vec()))
     }
 
+    /// The committed value of `key`, without this task's staged writes:
+    /// what a reader outside the task (an interactive query) may see. It
+    /// never shows a write of a transaction that has not committed.
+    ///
+    /// ```
+    /// use weir_store::{ChangelogPartition, StoreOptions, TaskStore};
+    /// # fn main() -> Result<(), weir_store::StoreError> {
+    /// # let dir = tempfile::tempdir().map_err(|e| weir_store::StoreError::InvalidArgument(e.to_string()))?;
+    /// let task = TaskStore::open(dir.path(), StoreOptions::default())?;
+    /// let counts = task.key_value_store("counts")?;
+    /// counts.put(b"kafka", b"1")?;
+    /// assert_eq!(counts.get_committed(b"kafka")?, None); // staged only
+    /// task.commit(&[(ChangelogPartition::new("app-counts-changelog", 0), 1)])?;
+    /// assert_eq!(counts.get_committed(b"kafka")?, Some(b"1".to_vec()));
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::Engine`] if fjall fails to read.
+    pub fn get_committed(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        let state = self.task.state();
+        let entry = state.store(&self.name)?;
+        if let Some(memory) = &entry.memory {
+            return Ok(memory.kv.get(key).cloned());
+        }
+        let keyspace = self.keyspace_of(entry)?;
+        drop(state);
+        let value = keyspace
+            .get(key)
+            .map_err(self.task.engine_err("reading a key"))?;
+        Ok(value.map(|v| v.to_vec()))
+    }
+
     /// Stages `key` = `value` until the task commits or aborts.
     ///
     /// # Errors
@@ -165,6 +199,26 @@ impl KeyValueStore {
     ///
     /// [`StoreError::UnknownStore`]; scanning errors are yielded by the iterator.
     pub fn range(&self, from: Bound<&[u8]>, to: Bound<&[u8]>) -> Result<MergedEntries> {
+        self.range_of(from, to, true)
+    }
+
+    /// Committed entries with keys in `[from, to)` bounds, in key order,
+    /// without this task's staged writes (see
+    /// [`get_committed`](Self::get_committed)).
+    ///
+    /// # Errors
+    ///
+    /// As [`KeyValueStore::range`].
+    pub fn range_committed(&self, from: Bound<&[u8]>, to: Bound<&[u8]>) -> Result<MergedEntries> {
+        self.range_of(from, to, false)
+    }
+
+    fn range_of(
+        &self,
+        from: Bound<&[u8]>,
+        to: Bound<&[u8]>,
+        with_staged: bool,
+    ) -> Result<MergedEntries> {
         if range_is_empty(from, to) {
             // BTreeMap::range panics on inverted bounds; an empty answer is right.
             return Ok(MergedEntries::new(Vec::new(), None, Arc::clone(&self.path)));
@@ -173,12 +227,16 @@ impl KeyValueStore {
         let to = to.map(<[u8]>::to_vec);
         let state = self.task.state();
         let entry = state.store(&self.name)?;
-        let staged: Vec<_> = entry
-            .staged
-            .kv
-            .range::<Vec<u8>, _>((from.clone(), to.clone()))
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect();
+        let staged: Vec<_> = if with_staged {
+            entry
+                .staged
+                .kv
+                .range::<Vec<u8>, _>((from.clone(), to.clone()))
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect()
+        } else {
+            Vec::new()
+        };
         // Taken under the state lock so no commit slips between the two views.
         let committed = match &entry.memory {
             Some(memory) => Committed::Memory(

@@ -24,5 +24,5 @@ pub mod topology;
 pub use config::StreamsConfig;
 pub use error::{ProcessError, Result, SerdeError, StreamsError};
 pub use record::Record;
-pub use runtime::{KafkaStreams, State};
+pub use runtime::{KafkaStreams, QueryableKvStore, State};
 pub use topology::{Topology, TopologyBuilder};

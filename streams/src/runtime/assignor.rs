@@ -106,6 +106,9 @@ pub(crate) struct AssignmentInfo {
     /// When the follow-up rebalance is due in any case (the probing
     /// interval, in ms), if warmups were placed.
     pub probing_ms: Option<u64>,
+    /// Every member's `application.server` with the tasks it runs, for
+    /// interactive queries (version 2).
+    pub hosts: BTreeMap<String, BTreeSet<TaskId>>,
 }
 
 /// Why bytes do not decode.
@@ -246,6 +249,11 @@ impl AssignmentInfo {
             self.probing_ms
                 .map_or(-1, |ms| i64::try_from(ms).unwrap_or(i64::MAX)),
         );
+        out.put_u32(u32::try_from(self.hosts.len()).unwrap_or(u32::MAX));
+        for (host, tasks) in &self.hosts {
+            put_string(&mut out, Some(host));
+            put_tasks(&mut out, tasks);
+        }
         out.freeze()
     }
 
@@ -262,12 +270,22 @@ impl AssignmentInfo {
             return Err(short("probing interval"));
         }
         let probing_ms = u64::try_from(buf.get_i64()).ok();
+        let mut hosts = BTreeMap::new();
+        if version >= 2 {
+            // Each host takes at least its string's length and a task count.
+            let n = get_count(buf, 6, "hosts")?;
+            for _ in 0..n {
+                let host = get_string(buf, "host")?.unwrap_or_default();
+                hosts.insert(host, get_tasks(buf, "host tasks")?);
+            }
+        }
         Ok(AssignmentInfo {
             version,
             active,
             standby,
             warmup,
             probing_ms,
+            hosts,
         })
     }
 }
@@ -400,6 +418,7 @@ impl StreamsAssignor {
             self.end_offset_sums(cluster).await?
         };
         let mut draining = BTreeSet::new();
+        let mut servers: BTreeMap<String, String> = BTreeMap::new();
         for (member, m) in &group.members {
             let info = match m.user_data.as_deref().map(SubscriptionInfo::decode) {
                 Some(Ok(info)) => info,
@@ -417,6 +436,9 @@ impl StreamsAssignor {
             if info.draining {
                 draining.insert(member.clone());
             }
+            if let Some(server) = &info.application_server {
+                servers.insert(member.clone(), server.clone());
+            }
             let owned: BTreeSet<TopicPartition> = m.subscription.owned.iter().cloned().collect();
             let mut client = ClientState::new(info.threads.max(1));
             client.previous_active = self.tasks_of(&owned);
@@ -431,6 +453,15 @@ impl StreamsAssignor {
         };
         let mut assignment = task_assignor::assign(&input, &config)?;
         hand_over(&mut assignment, &input, &draining, &config);
+        let mut hosts: BTreeMap<String, BTreeSet<TaskId>> = BTreeMap::new();
+        for (member, server) in &servers {
+            if let Some(c) = assignment.clients.get(member) {
+                hosts
+                    .entry(server.clone())
+                    .or_default()
+                    .extend(c.active.iter().copied());
+            }
+        }
         // Partitions some member claims to own now: withheld from any other
         // member for one round (cooperative hand-over).
         let mut owner_of: BTreeMap<TopicPartition, &str> = BTreeMap::new();
@@ -477,6 +508,7 @@ impl StreamsAssignor {
                 standby,
                 warmup,
                 probing_ms,
+                hosts: hosts.clone(),
             };
             out.insert(
                 member.clone(),
@@ -761,6 +793,12 @@ mod tests {
             standby: [TaskId::new(1, 0)].into_iter().collect(),
             warmup: [TaskId::new(1, 2)].into_iter().collect(),
             probing_ms: Some(600_000),
+            hosts: [(
+                "h1:80".to_owned(),
+                [TaskId::new(0, 1)].into_iter().collect(),
+            )]
+            .into_iter()
+            .collect(),
         };
         assert_eq!(AssignmentInfo::decode(&info.encode()).unwrap(), info);
     }

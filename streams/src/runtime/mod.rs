@@ -19,6 +19,8 @@
 mod assignor;
 mod commit;
 mod instance;
+mod query;
+pub use query::QueryableKvStore;
 mod restore;
 mod standby;
 pub(crate) mod topics;
@@ -119,6 +121,9 @@ pub(crate) struct Runtime {
     /// Offset sums of the tasks whose state is in the state directory, for
     /// the streams assignor's lags (updated at every store commit).
     pub(crate) offset_sums: Arc<Mutex<BTreeMap<TaskId, i64>>>,
+    /// The stores of the tasks running here, for interactive queries
+    /// (committed data only).
+    pub(crate) queryable: Mutex<BTreeMap<TaskId, weir_store::TaskStore>>,
     started: tokio::time::Instant,
     started_wall_ms: i64,
 }
@@ -134,6 +139,24 @@ impl Runtime {
     /// Milliseconds since the instance started, on tokio's clock.
     pub(crate) fn elapsed_ms(&self) -> u64 {
         u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX)
+    }
+
+    /// Makes a running task's stores queryable (`Some`), or withdraws them
+    /// (`None`) before the task closes, so no query holds a store a closing
+    /// task must close.
+    pub(crate) fn publish_store(&self, task: TaskId, store: Option<&weir_store::TaskStore>) {
+        let mut q = self
+            .queryable
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        match store {
+            Some(s) => {
+                q.insert(task, s.clone());
+            }
+            None => {
+                q.remove(&task);
+            }
+        }
     }
 
     /// Records that worker `index` went round its loop.
@@ -360,6 +383,7 @@ impl KafkaStreams {
             standbys: Mutex::new(std::collections::BTreeSet::new()),
             progress: (0..config_threads).map(|_| AtomicU64::new(0)).collect(),
             confirmed_generation: std::sync::atomic::AtomicI32::new(-1),
+            queryable: Mutex::new(BTreeMap::new()),
             started: tokio::time::Instant::now(),
             started_wall_ms,
         });

@@ -357,6 +357,7 @@ impl Worker {
             }
         }
         tracing::info!(task = %id, inputs = ?inputs, "task running");
+        self.rt.publish_store(id, prepared.store.as_ref());
         self.tasks.insert(
             id,
             Active {
@@ -609,6 +610,7 @@ impl Worker {
         let ids: Vec<TaskId> = self.tasks.keys().copied().collect();
         for id in ids {
             if let Some(mut active) = self.tasks.remove(&id) {
+                self.rt.publish_store(id, None);
                 commit::abort_task(id, &mut active).await;
                 active.task.close();
                 self.revive.insert(id);
@@ -642,6 +644,7 @@ impl Worker {
                 let _ = h.await;
             }
             if let Some(mut active) = self.tasks.remove(id) {
+                self.rt.publish_store(*id, None);
                 active.task.close();
                 if active.dirty {
                     commit::abort_task(*id, &mut active).await;
@@ -672,6 +675,7 @@ impl Worker {
                 let _ = h.await;
             }
             if let Some(mut active) = self.tasks.remove(id) {
+                self.rt.publish_store(*id, None);
                 active.task.discard_uncommitted();
                 active.task.close();
                 if let Some(store) = &active.store {

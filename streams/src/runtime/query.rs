@@ -1,0 +1,201 @@
+//! Interactive queries: read-only access to the committed contents of the
+//! key-value stores of the tasks running on this instance, and which
+//! instance runs the task that holds a key.
+//!
+//! A query reads what the store committed, never a task's staged writes:
+//! under exactly-once nothing of a transaction that has not committed shows
+//! (Kafka Streams' queries can see uncommitted writes).
+
+use std::marker::PhantomData;
+use std::ops::Bound;
+use std::sync::{Arc, PoisonError};
+
+use weir_client::producer::partitioner::partition_for_key;
+
+use super::{KafkaStreams, Runtime};
+use crate::error::{Result, StreamsError};
+use crate::serde::Serde;
+use crate::state::StoreType;
+use crate::task::TaskId;
+
+/// A read-only view of a key-value store across the tasks running on this
+/// instance; see [`KafkaStreams::kv_store`].
+pub struct QueryableKvStore<K, V> {
+    rt: Arc<Runtime>,
+    name: String,
+    subtopology: u32,
+    partitions: i32,
+    in_memory: bool,
+    _types: PhantomData<fn() -> (K, V)>,
+}
+
+impl<K, V> std::fmt::Debug for QueryableKvStore<K, V> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("QueryableKvStore")
+            .field("name", &self.name)
+            .field("subtopology", &self.subtopology)
+            .finish()
+    }
+}
+
+fn query_err(store: &str, what: impl std::fmt::Display) -> StreamsError {
+    StreamsError::NotRunning(format!("query of store {store}: {what}"))
+}
+
+impl<K: Serde, V: Serde> QueryableKvStore<K, V> {
+    fn task_of(&self, key: &[u8]) -> TaskId {
+        let p = partition_for_key(key, self.partitions.max(1));
+        TaskId::new(self.subtopology, u32::try_from(p).unwrap_or(0))
+    }
+
+    fn handle(&self, store: &weir_store::TaskStore) -> Result<weir_store::KeyValueStore> {
+        let opened = if self.in_memory {
+            store.in_memory_key_value_store(&self.name, None)
+        } else {
+            store.key_value_store(&self.name)
+        };
+        opened.map_err(|e| StreamsError::store(self.name.clone(), e))
+    }
+
+    fn local(&self) -> Vec<(TaskId, weir_store::TaskStore)> {
+        self.rt
+            .queryable
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .iter()
+            .filter(|(t, _)| t.subtopology == self.subtopology)
+            .map(|(t, s)| (*t, s.clone()))
+            .collect()
+    }
+
+    /// The committed value of `key`, if the task holding it runs here;
+    /// `Ok(None)` also when it runs elsewhere (ask
+    /// [`KafkaStreams::host_for_key`] where).
+    ///
+    /// # Errors
+    ///
+    /// A key that serializes to null, a store error, or bytes that do not
+    /// decode as `V`.
+    pub fn get(&self, key: &K) -> Result<Option<V>> {
+        let k = key
+            .serialize()
+            .ok_or_else(|| query_err(&self.name, "a null key"))?;
+        let task = self.task_of(&k);
+        let store = self
+            .rt
+            .queryable
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(&task)
+            .cloned();
+        let Some(store) = store else {
+            return Ok(None);
+        };
+        let value = self
+            .handle(&store)?
+            .get_committed(&k)
+            .map_err(|e| StreamsError::store(self.name.clone(), e))?;
+        value
+            .map(|v| V::deserialize(Some(&v)).map_err(StreamsError::from))
+            .transpose()
+    }
+
+    /// Every committed entry of the store in the tasks running here, by
+    /// task, then key.
+    ///
+    /// # Errors
+    ///
+    /// A store error, or bytes that do not decode.
+    pub fn all(&self) -> Result<Vec<(K, V)>> {
+        let mut out = Vec::new();
+        for (_, store) in self.local() {
+            let entries = self
+                .handle(&store)?
+                .range_committed(Bound::Unbounded, Bound::Unbounded)
+                .map_err(|e| StreamsError::store(self.name.clone(), e))?;
+            for entry in entries {
+                let (k, v) = entry.map_err(|e| StreamsError::store(self.name.clone(), e))?;
+                out.push((K::deserialize(Some(&k))?, V::deserialize(Some(&v))?));
+            }
+        }
+        Ok(out)
+    }
+
+    /// The tasks of this store that run here.
+    pub fn local_tasks(&self) -> Vec<TaskId> {
+        self.local().into_iter().map(|(t, _)| t).collect()
+    }
+}
+
+impl KafkaStreams {
+    fn store_layout(&self, name: &str) -> Result<(u32, i32, StoreType, bool)> {
+        let rt = &self.runtime;
+        let count = u32::try_from(rt.topology.subtopology_count()).unwrap_or(0);
+        for sub in 0..count {
+            if let Some(spec) = rt
+                .topology
+                .subtopology_stores(sub)
+                .into_iter()
+                .find(|s| s.name == name)
+            {
+                let partitions = rt.partitions.get(&sub).copied().unwrap_or(0);
+                return Ok((sub, partitions, spec.kind.clone(), spec.in_memory));
+            }
+        }
+        Err(query_err(name, "no such store in the topology"))
+    }
+
+    /// Read-only access to the committed contents of key-value store
+    /// `name` in the tasks running on this instance (interactive queries).
+    /// Reads never see a write that has not committed.
+    ///
+    /// ```no_run
+    /// # async fn run(streams: weir_streams::KafkaStreams) -> weir_streams::Result<()> {
+    /// let counts = streams.kv_store::<String, u64>("counts")?;
+    /// match counts.get(&"kafka".to_owned())? {
+    ///     Some(n) => println!("kafka: {n}"),
+    ///     None => println!("ask {:?}", streams.host_for_key("counts", &"kafka".to_owned())?),
+    /// }
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// No key-value store of that name in the topology.
+    pub fn kv_store<K: Serde, V: Serde>(&self, name: &str) -> Result<QueryableKvStore<K, V>> {
+        let (subtopology, partitions, kind, in_memory) = self.store_layout(name)?;
+        if !matches!(kind, StoreType::KeyValue) {
+            return Err(query_err(name, "not a key-value store"));
+        }
+        Ok(QueryableKvStore {
+            rt: Arc::clone(&self.runtime),
+            name: name.to_owned(),
+            subtopology,
+            partitions,
+            in_memory,
+            _types: PhantomData,
+        })
+    }
+
+    /// Which instance (its `application.server`) runs the task of store
+    /// `store` that holds `key`, as of the last assignment; `None` if no
+    /// member with an `application.server` runs it.
+    ///
+    /// # Errors
+    ///
+    /// No such store, or a key that serializes to null.
+    pub fn host_for_key<K: Serde>(&self, store: &str, key: &K) -> Result<Option<String>> {
+        let (subtopology, partitions, _, _) = self.store_layout(store)?;
+        let k = key
+            .serialize()
+            .ok_or_else(|| query_err(store, "a null key"))?;
+        let p = partition_for_key(&k, partitions.max(1));
+        let task = TaskId::new(subtopology, u32::try_from(p).unwrap_or(0));
+        let assignment = self.runtime.assignor.assignment().unwrap_or_default();
+        Ok(assignment
+            .hosts
+            .into_iter()
+            .find(|(_, tasks)| tasks.contains(&task))
+            .map(|(host, _)| host))
+    }
+}
