@@ -114,20 +114,13 @@ impl KeyValueStore {
     ///
     /// [`StoreError::Engine`] if fjall fails to read.
     pub fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
-        let state = self.task.state();
-        let entry = state.store(&self.name)?;
-        if let Some(staged) = entry.staged.kv.get(key) {
-            return Ok(staged.clone());
+        {
+            let state = self.task.state();
+            if let Some(staged) = state.store(&self.name)?.staged.kv.get(key) {
+                return Ok(staged.clone());
+            }
         }
-        if let Some(memory) = &entry.memory {
-            return Ok(memory.kv.get(key).cloned());
-        }
-        let keyspace = self.keyspace_of(entry)?;
-        drop(state);
-        let value = keyspace
-            .get(key)
-            .map_err(self.task.engine_err("reading a key"))?;
-        Ok(value.map(|v| v.to_vec()))
+        self.get_committed(key)
     }
 
     /// The committed value of `key`, without this task's staged writes:

@@ -15,62 +15,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use support::*;
-use weir_streams::processor::{Processor, ProcessorContext};
-use weir_streams::state::KvStoreRef;
-use weir_streams::{ProcessError, Record, TopologyBuilder};
 
 const CHANGELOG: &str = "wc-counts-changelog";
-
-/// Counts keys in store `counts`; fails on `poison` after its put the first
-/// time when `once` is given (so that put must not stay).
-struct CountOrFail {
-    counts: KvStoreRef<String, u64>,
-    once: Option<Arc<AtomicBool>>,
-}
-
-impl Processor<String, ()> for CountOrFail {
-    type KOut = String;
-    type VOut = String;
-    fn process(
-        &mut self,
-        ctx: &mut ProcessorContext<'_, String, String>,
-        r: Record<String, ()>,
-    ) -> Result<(), ProcessError> {
-        let store = ctx.kv_store(&self.counts)?;
-        let n = store.get(&r.key)?.unwrap_or(0) + 1;
-        store.put(&r.key, &n, r.timestamp)?;
-        let fail = r.key == "poison"
-            && self
-                .once
-                .as_ref()
-                .is_some_and(|failed| !failed.swap(true, Ordering::SeqCst));
-        if fail {
-            return Err(ProcessError::msg("cannot process poison"));
-        }
-        ctx.forward(Record::new(r.key, n.to_string(), r.timestamp));
-        Ok(())
-    }
-}
-
-/// words → count (in-memory store `counts`) → output.
-fn topology(once: Option<Arc<AtomicBool>>) -> weir_streams::Topology {
-    let mut b = TopologyBuilder::new();
-    let counts = b.kv_store::<String, u64>("counts");
-    b.in_memory("counts");
-    let words = b.source::<String, ()>("words", &[INPUT]);
-    let c = counts.clone();
-    let counted = b.processor(
-        "count",
-        &[&words],
-        move || CountOrFail {
-            counts: c.clone(),
-            once: once.clone(),
-        },
-        &[&counts],
-    );
-    b.sink("out", &[&counted], OUTPUT);
-    b.build().unwrap()
-}
 
 /// What the task directories under `dir` claim on disk: their committed
 /// changelog offsets and their registered stores.
@@ -100,7 +46,7 @@ async fn a_restart_restores_the_whole_changelog_of_an_in_memory_store() {
     let words_first: u64 = expected.values().sum();
     let dir = tempfile::tempdir().unwrap();
     let a = start(
-        topology(None),
+        count_or_fail(Poison::Never, true),
         streams_config(&kit, "wc", "a", dir.path(), &[]),
     )
     .await;
@@ -129,7 +75,7 @@ async fn a_restart_restores_the_whole_changelog_of_an_in_memory_store() {
     }
     let words = words_first + more.values().sum::<u64>();
     let a = start(
-        topology(None),
+        count_or_fail(Poison::Never, true),
         streams_config(&kit, "wc", "a", dir.path(), &[]),
     )
     .await;
@@ -176,7 +122,7 @@ async fn an_aborted_put_never_reaches_an_in_memory_store_under_exactly_once() {
             ("processing.exception.handler", "skip"),
         ],
     );
-    let a = start(topology(Some(failed.clone())), config).await;
+    let a = start(count_or_fail(Poison::Once(failed.clone()), true), config).await;
     // The first part is committed (store, changelog and output) before the
     // failure, so the tasks' restart must restore it.
     let first_words = lines(30, 5).1.values().sum::<u64>();
@@ -223,12 +169,12 @@ async fn a_standby_of_an_in_memory_store_follows_and_its_instance_takes_over() {
         ("num.standby.replicas", "1"),
     ];
     let a = start(
-        topology(None),
+        count_or_fail(Poison::Never, true),
         streams_config(&kit, "wc", "a", dirs[0].path(), &props),
     )
     .await;
     let b = start(
-        topology(None),
+        count_or_fail(Poison::Never, true),
         streams_config(&kit, "wc", "b", dirs[1].path(), &props),
     )
     .await;

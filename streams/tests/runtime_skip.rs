@@ -13,59 +13,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use support::*;
-use weir_streams::processor::{Processor, ProcessorContext};
-use weir_streams::state::KvStoreRef;
-use weir_streams::{ProcessError, Record, TopologyBuilder};
-
-/// Counts keys; fails on `poison` after its put (so the put must not stay):
-/// every time, or only the first time when `once` is given.
-struct CountOrFail {
-    counts: KvStoreRef<String, u64>,
-    once: Option<Arc<AtomicBool>>,
-}
-
-impl Processor<String, ()> for CountOrFail {
-    type KOut = String;
-    type VOut = String;
-    fn process(
-        &mut self,
-        ctx: &mut ProcessorContext<'_, String, String>,
-        r: Record<String, ()>,
-    ) -> Result<(), ProcessError> {
-        let store = ctx.kv_store(&self.counts)?;
-        let n = store.get(&r.key)?.unwrap_or(0) + 1;
-        store.put(&r.key, &n, r.timestamp)?;
-        let fail = r.key == "poison"
-            && self
-                .once
-                .as_ref()
-                .is_none_or(|failed| !failed.swap(true, Ordering::SeqCst));
-        if fail {
-            return Err(ProcessError::msg("cannot process poison"));
-        }
-        ctx.forward(Record::new(r.key, n.to_string(), r.timestamp));
-        Ok(())
-    }
-}
-
-/// words → count (failing on `poison`) → output.
-fn topology(once: Option<Arc<AtomicBool>>) -> weir_streams::Topology {
-    let mut b = TopologyBuilder::new();
-    let counts = b.kv_store::<String, u64>("counts");
-    let words = b.source::<String, ()>("words", &[INPUT]);
-    let c = counts.clone();
-    let counted = b.processor(
-        "count",
-        &[&words],
-        move || CountOrFail {
-            counts: c.clone(),
-            once: once.clone(),
-        },
-        &[&counts],
-    );
-    b.sink("out", &[&counted], OUTPUT);
-    b.build().unwrap()
-}
 
 async fn run(guarantee: &str) {
     let kit = testkit(1, 2).await;
@@ -84,7 +31,7 @@ async fn run(guarantee: &str) {
             ("processing.exception.handler", "skip"),
         ],
     );
-    let a = start(topology(None), config).await;
+    let a = start(count_or_fail(Poison::Always, false), config).await;
     eventually(
         "every other word counted",
         Duration::from_secs(120),
@@ -136,7 +83,7 @@ async fn a_replaced_thread_redoes_the_aborted_work_exactly_once() {
         dir.path(),
         &[("processing.guarantee", "exactly_once_v2")],
     );
-    let a = start(topology(Some(failed.clone())), config).await;
+    let a = start(count_or_fail(Poison::Once(failed.clone()), false), config).await;
     let total: u64 = expected.values().sum();
     eventually("every word counted", Duration::from_secs(120), || async {
         read_committed(&kit, OUTPUT).await.len() as u64 >= total

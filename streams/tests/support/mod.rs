@@ -332,3 +332,68 @@ pub fn store_counts(state_dir: &std::path::Path, app: &str, task: &str) -> BTree
         })
         .collect()
 }
+
+/// When [`count_or_fail`]'s processor fails on the key `poison`, after its
+/// put (so that put must never stay).
+#[derive(Clone)]
+pub enum Poison {
+    /// Never: `poison` is counted like any key.
+    Never,
+    /// Every time.
+    Always,
+    /// Only the first time (the flag records that it did).
+    Once(Arc<std::sync::atomic::AtomicBool>),
+}
+
+struct CountOrFail {
+    counts: KvStoreRef<String, u64>,
+    poison: Poison,
+}
+
+impl Processor<String, ()> for CountOrFail {
+    type KOut = String;
+    type VOut = String;
+    fn process(
+        &mut self,
+        ctx: &mut ProcessorContext<'_, String, String>,
+        r: Record<String, ()>,
+    ) -> Result<(), ProcessError> {
+        let store = ctx.kv_store(&self.counts)?;
+        let n = store.get(&r.key)?.unwrap_or(0) + 1;
+        store.put(&r.key, &n, r.timestamp)?;
+        let fail = r.key == "poison"
+            && match &self.poison {
+                Poison::Never => false,
+                Poison::Always => true,
+                Poison::Once(failed) => !failed.swap(true, std::sync::atomic::Ordering::SeqCst),
+            };
+        if fail {
+            return Err(ProcessError::msg("cannot process poison"));
+        }
+        ctx.forward(Record::new(r.key, n.to_string(), r.timestamp));
+        Ok(())
+    }
+}
+
+/// words → count into store `counts` (in memory if `in_memory`), failing on
+/// `poison` as `poison` says → output.
+pub fn count_or_fail(poison: Poison, in_memory: bool) -> Topology {
+    let mut b = TopologyBuilder::new();
+    let counts = b.kv_store::<String, u64>("counts");
+    if in_memory {
+        b.in_memory("counts");
+    }
+    let words = b.source::<String, ()>("words", &[INPUT]);
+    let c = counts.clone();
+    let counted = b.processor(
+        "count",
+        &[&words],
+        move || CountOrFail {
+            counts: c.clone(),
+            poison: poison.clone(),
+        },
+        &[&counts],
+    );
+    b.sink("out", &[&counted], OUTPUT);
+    b.build().unwrap()
+}
