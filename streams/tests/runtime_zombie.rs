@@ -99,31 +99,12 @@ async fn zombie_run(props: &[(&str, &str)]) -> Outcome {
     let expected = recount(&all);
     produce_words(&kit, &first).await;
     let dirs: Vec<_> = (0..2).map(|_| tempfile::tempdir().unwrap()).collect();
-    let a = start(
-        count_keys(),
-        streams_config(&kit, "wc", "a", dirs[0].path(), props),
-    )
-    .await;
-    let b = start(
-        count_keys(),
-        streams_config(&kit, "wc", "b", dirs[1].path(), props),
-    )
-    .await;
-    eventually("both process", Duration::from_secs(120), || async {
-        !a.metrics().tasks.is_empty() && !b.metrics().tasks.is_empty() && a.metrics().commits > 0
-    })
-    .await;
+    let (a, b) = start_both(&kit, &dirs, props, |_| {}).await;
 
     // The outage: a's group traffic is lost, and its produce requests arrive
     // 60 s late: after b took its tasks over and counted more input, so a's
     // late values are stale ones.
-    let cut = kit
-        .partition_client(
-            ClientSelector::ClientId("a".into()),
-            PartitionTarget::GroupCoordinator("wc".into()),
-        )
-        .await
-        .unwrap();
+    let cut = cut_from_coordinator(&kit, "a").await;
     let late = kit
         .intercept(Intercept::new(
             RequestMatcher::api(ApiKey::Produce).client("a"),
@@ -252,33 +233,19 @@ async fn paused_run(props: &[(&str, &str)]) -> Outcome {
     let dirs: Vec<_> = (0..2).map(|_| tempfile::tempdir().unwrap()).collect();
     let armed = Arc::new(AtomicBool::new(false));
     let paused = Arc::new(AtomicU32::new(0));
-    let mut config_a = streams_config(&kit, "wc", "a", dirs[0].path(), props);
     let (arm, count) = (Arc::clone(&armed), Arc::clone(&paused));
-    config_a.pause_before_write = weir_streams::config::PauseHook(Some(Arc::new(move || {
-        arm.swap(false, Ordering::SeqCst).then(|| {
-            count.fetch_add(1, Ordering::SeqCst);
-            Duration::from_secs(30)
-        })
-    })));
-    let a = start(count_keys(), config_a).await;
-    let b = start(
-        count_keys(),
-        streams_config(&kit, "wc", "b", dirs[1].path(), props),
-    )
-    .await;
-    eventually("both process", Duration::from_secs(120), || async {
-        !a.metrics().tasks.is_empty() && !b.metrics().tasks.is_empty() && a.metrics().commits > 0
+    let (a, b) = start_both(&kit, &dirs, props, move |config_a| {
+        config_a.pause_before_write = weir_streams::config::PauseHook(Some(Arc::new(move || {
+            arm.swap(false, Ordering::SeqCst).then(|| {
+                count.fetch_add(1, Ordering::SeqCst);
+                Duration::from_secs(30)
+            })
+        })));
     })
     .await;
 
     // a's member loses the coordinator; a's worker pauses at its next write.
-    let cut = kit
-        .partition_client(
-            ClientSelector::ClientId("a".into()),
-            PartitionTarget::GroupCoordinator("wc".into()),
-        )
-        .await
-        .unwrap();
+    let cut = cut_from_coordinator(&kit, "a").await;
     armed.store(true, Ordering::SeqCst);
     produce_words(&kit, &second).await;
     eventually("a's worker paused", Duration::from_secs(20), || async {
@@ -319,4 +286,40 @@ async fn paused_run(props: &[(&str, &str)]) -> Outcome {
         stores: BTreeMap::new(),
         outputs,
     }
+}
+
+/// Instances a (its config adjusted by `adjust_a`) and b of `wc`, once both
+/// process and a has committed.
+async fn start_both(
+    kit: &std::sync::Arc<weir_testkit::Cluster>,
+    dirs: &[tempfile::TempDir],
+    props: &[(&str, &str)],
+    adjust_a: impl FnOnce(&mut weir_streams::StreamsConfig),
+) -> (weir_streams::KafkaStreams, weir_streams::KafkaStreams) {
+    let mut config_a = streams_config(kit, "wc", "a", dirs[0].path(), props);
+    adjust_a(&mut config_a);
+    let a = start(count_keys(), config_a).await;
+    let b = start(
+        count_keys(),
+        streams_config(kit, "wc", "b", dirs[1].path(), props),
+    )
+    .await;
+    eventually("both process", Duration::from_secs(120), || async {
+        !a.metrics().tasks.is_empty() && !b.metrics().tasks.is_empty() && a.metrics().commits > 0
+    })
+    .await;
+    (a, b)
+}
+
+/// Cuts client `id` off from the group coordinator of `wc`.
+async fn cut_from_coordinator(
+    kit: &std::sync::Arc<weir_testkit::Cluster>,
+    id: &str,
+) -> weir_testkit::FaultId {
+    kit.partition_client(
+        ClientSelector::ClientId(id.into()),
+        PartitionTarget::GroupCoordinator("wc".into()),
+    )
+    .await
+    .unwrap()
 }
