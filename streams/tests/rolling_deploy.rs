@@ -316,9 +316,6 @@ impl Watch {
 }
 
 #[tokio::test(start_paused = true)]
-#[ignore = "known bug: in about 1 run in 4 a task restoring on a new instance never finishes \
-            (empty-state rolling restart) or a draining instance waits out its whole budget; \
-            run with --ignored to measure"]
 async fn rolling_deploys_measured() {
     let mut rows = Vec::new();
     for strategy in [

@@ -242,9 +242,12 @@ async fn restore_store(
     let (n, cp2) = (name.to_owned(), cp.clone());
     let mut restorer = blocking(task, move || s.restorer(&n, cp2, end)).await?;
     let active = purpose == Purpose::Active;
+    // Counted while it runs, also when the restore is cancelled (its task
+    // revoked or lost mid-restore): a count left behind kept the instance
+    // REBALANCING for good.
+    let _restoring = active.then(|| RestoringCount::start(&rt.counters.restoring));
     if active {
         tracing::info!(task = %task, store = name, from = ?start, end, path = ?restorer.path(), "restoring");
-        rt.counters.restoring.fetch_add(1, Ordering::Relaxed);
     } else {
         tracing::debug!(task = %task, store = name, from = ?start, end, "standby catching up");
     }
@@ -304,8 +307,21 @@ async fn restore_store(
         Ok(end)
     }
     .await;
-    if active {
-        rt.counters.restoring.fetch_sub(1, Ordering::Relaxed);
-    }
     outcome
+}
+
+/// One restore in `Counters::restoring`, for as long as it lives.
+struct RestoringCount<'a>(&'a std::sync::atomic::AtomicU64);
+
+impl<'a> RestoringCount<'a> {
+    fn start(count: &'a std::sync::atomic::AtomicU64) -> Self {
+        count.fetch_add(1, Ordering::Relaxed);
+        RestoringCount(count)
+    }
+}
+
+impl Drop for RestoringCount<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
 }
