@@ -267,3 +267,77 @@ async fn a_subtopology_reading_two_topics_gets_both_partitions_in_one_task() {
     x.close(Duration::from_secs(30)).await.unwrap();
     y.close(Duration::from_secs(30)).await.unwrap();
 }
+
+/// Under exactly-once, an instance restarted on its state directory after a
+/// crash has its predecessor's transactional ids (they derive from the
+/// process id kept there): it must fence them before it restores, so the
+/// crashed process's open transaction is aborted at once. Otherwise the
+/// restore (read_committed, up to the end of the changelog) waits for that
+/// transaction to time out, and every reader of the outputs it touched waits
+/// with it. Here the transaction timeout is 120 s; the restarted instance
+/// must have counted everything well within it.
+#[tokio::test(start_paused = true)]
+async fn a_restarted_exactly_once_instance_aborts_its_crashed_predecessors_transaction_at_once() {
+    let kit = testkit(1, 2).await;
+    let dir = tempfile::tempdir().unwrap();
+    let props = [
+        ("processing.guarantee", "exactly_once_v2"),
+        ("commit.interval.ms", "20000"),
+        ("transaction.timeout.ms", "120000"),
+        ("group.instance.id", "a"),
+    ];
+    let (first, mut expected) = word_lines(60, 43);
+    let words_first = total(&expected);
+    let a = start(
+        count_keys(),
+        streams_config(&kit, "wc", "a", dir.path(), &props),
+    )
+    .await;
+    produce_words(&kit, &first).await;
+    eventually(
+        "the first batch counted",
+        Duration::from_secs(120),
+        || async { read_committed(&kit, OUTPUT).await.len() as u64 >= words_first },
+    )
+    .await;
+    // The second batch is processed but not committed (the commit interval
+    // is 20 s): a's transactions are open, on the changelog and the output.
+    let (second, more) = word_lines(40, 47);
+    for (w, n) in more {
+        *expected.entry(w).or_default() += n;
+    }
+    let words = total(&expected);
+    produce_words(&kit, &second).await;
+    eventually(
+        "the second batch processed",
+        Duration::from_secs(10),
+        || async { a.metrics().processed >= words },
+    )
+    .await;
+    assert_eq!(
+        read_committed(&kit, OUTPUT).await.len() as u64,
+        words_first,
+        "the second batch is still in an open transaction"
+    );
+    a.kill();
+    let restarted = tokio::time::Instant::now();
+    let a = start(
+        count_keys(),
+        streams_config(&kit, "wc", "a", dir.path(), &props),
+    )
+    .await;
+    eventually(
+        "every word counted, long before the crashed transaction's timeout",
+        Duration::from_secs(60),
+        || async { read_committed(&kit, OUTPUT).await.len() as u64 >= words },
+    )
+    .await;
+    println!(
+        "counted everything {:?} after the restart",
+        restarted.elapsed()
+    );
+    let out = read_committed(&kit, OUTPUT).await;
+    assert_eq!(out.len() as u64, words, "exactly once");
+    assert_eq!(last_counts(&out), expected);
+    a.close(Duration::from_secs(30)).await.unwrap();
+}

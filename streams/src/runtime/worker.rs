@@ -204,6 +204,16 @@ impl Worker {
     }
 
     async fn run_loop(mut self, mut commands: mpsc::UnboundedReceiver<WorkerCommand>) {
+        // Under exactly-once, fence this worker's predecessor (a crashed
+        // process on the same state directory has the same transactional
+        // id) before any task restores: its open transaction is aborted now,
+        // not at its timeout, which a read_committed restore of a changelog
+        // it wrote to (and every reader of the outputs) would wait for.
+        if self.rt.config.guarantee == ProcessingGuarantee::ExactlyOnceV2
+            && let Err(e) = self.producers().await
+        {
+            tracing::warn!(error = %e, "initialising transactions at start failed; retrying on first use");
+        }
         loop {
             self.rt.worker_progressed(self.index);
             let polling = !self.tasks.is_empty();
