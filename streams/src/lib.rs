@@ -8,9 +8,11 @@
 //! - [`serde`]: Kafka-compatible record encodings.
 //! - [`processor`]: the [`processor::Processor`] trait and its contexts.
 //! - [`state`]: typed store handles that stage writes and log them.
+//! - [`dsl`]: streams, tables, aggregations, windows and joins ([`dsl::StreamsBuilder`]).
 //! - [`testing`]: [`testing::TopologyTestDriver`], to test a topology with no broker.
 
 pub mod config;
+pub mod dsl;
 pub mod error;
 pub mod processor;
 pub mod record;
