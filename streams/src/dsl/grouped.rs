@@ -215,7 +215,11 @@ where
         }
     }
 
-    /// Aggregates per key and session.
+    /// Aggregates per key and session. A session's store keeps it until its
+    /// end is the gap plus grace behind stream time (longer with
+    /// [`Materialized::with_retention`]): a late record that would reach
+    /// back to a session already forgotten starts a new one, as in Kafka
+    /// Streams.
     ///
     /// ```
     /// # use std::time::Duration;
@@ -471,14 +475,14 @@ where
         let p = prepare(&self.stream, &self.materialized, kind);
         let shared = p.input.shared.clone();
         let windows = self.windows;
-        // Sessions are stored under their end; one can still grow while its
-        // end is within gap + grace of the stream time.
+        // Sessions are stored under their end and kept while it is within
+        // gap + grace of the stream time (Kafka Streams' default): every
+        // session a record can still extend without being late is kept; one
+        // that ended earlier is forgotten, and a record reaching back to it
+        // starts a new session, as in Kafka Streams.
         let keep = retention(
             &self.materialized,
-            windows
-                .gap_ms
-                .saturating_add(windows.grace_ms)
-                .saturating_add(1),
+            windows.gap_ms.saturating_add(windows.grace_ms),
         );
         let name: Arc<str> = Arc::from(p.processor.as_str());
         let node = shared.with(|inner| {
