@@ -27,7 +27,9 @@ fn dropped_late(recorder: &DebuggingRecorder) -> u64 {
         .into_iter()
         .filter(|(k, ..)| {
             k.key().name() == "weir_streams_dropped_records_total"
-                && k.key().labels().any(|l| l.key() == "reason" && l.value() == "late")
+                && k.key()
+                    .labels()
+                    .any(|l| l.key() == "reason" && l.value() == "late")
         })
         .map(|(.., v)| match v {
             DebugValue::Counter(n) => n,
@@ -67,7 +69,12 @@ fn time_window_model(
     (counts, dropped)
 }
 
-fn windowed_count_driver(size: i64, advance: i64, grace: i64, suppress: bool) -> TopologyTestDriver {
+fn windowed_count_driver(
+    size: i64,
+    advance: i64,
+    grace: i64,
+    suppress: bool,
+) -> TopologyTestDriver {
     let builder = StreamsBuilder::new();
     let windows = TimeWindows::of_size_and_grace(
         Duration::from_millis(size as u64),

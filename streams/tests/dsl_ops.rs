@@ -7,9 +7,9 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
 use proptest::prelude::*;
+use weir_streams::StreamsError;
 use weir_streams::dsl::{Materialized, StreamsBuilder};
 use weir_streams::testing::TopologyTestDriver;
-use weir_streams::StreamsError;
 
 proptest! {
     #![proptest_config(ProptestConfig { cases: 32, ..ProptestConfig::default() })]
@@ -119,7 +119,11 @@ fn a_key_change_before_an_aggregation_repartitions_through_the_stores_topic() {
     let mut stored = driver.kv_store::<String, i64>("counts").unwrap();
     stored.sort();
     assert_eq!(stored, vec![("a".into(), 3), ("b".into(), 2)]);
-    assert_eq!(driver.changelog("counts").len(), 5, "every increment logged");
+    assert_eq!(
+        driver.changelog("counts").len(),
+        5,
+        "every increment logged"
+    );
 
     let plain = StreamsBuilder::new();
     plain
@@ -212,9 +216,17 @@ fn a_serde_mismatch_is_an_error() {
         .to("out");
     let mut driver = TopologyTestDriver::new(builder.build().unwrap(), "app").unwrap();
     let err = driver
-        .pipe("numbers", &"k".to_string(), &"not eight bytes".to_string(), 0)
+        .pipe(
+            "numbers",
+            &"k".to_string(),
+            &"not eight bytes".to_string(),
+            0,
+        )
         .unwrap_err();
     assert!(matches!(err, StreamsError::Serde(_)), "{err:?}");
     driver.pipe("numbers", &"k".to_string(), &41i64, 1).unwrap();
-    assert_eq!(driver.read_output::<String, i64>("out").unwrap()[0].value, 42);
+    assert_eq!(
+        driver.read_output::<String, i64>("out").unwrap()[0].value,
+        42
+    );
 }

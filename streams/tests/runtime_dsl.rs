@@ -1,0 +1,222 @@
+//! DSL applications end to end on the in-process cluster under exactly-once,
+//! with an instance crashing mid-run: the results stay exact.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use support::*;
+use weir_client::producer::{Producer, ProducerRecord};
+use weir_streams::Topology;
+use weir_streams::dsl::{Materialized, StreamsBuilder, TimeWindows};
+
+const EOS: [(&str, &str); 2] = [
+    ("processing.guarantee", "exactly_once_v2"),
+    ("num.stream.threads", "2"),
+];
+
+/// The word count in the DSL: split, re-key by word, count in `counts`, and
+/// write each new count as a decimal string.
+fn dsl_word_count() -> Topology {
+    let builder = StreamsBuilder::new();
+    builder
+        .stream::<(), String>(INPUT)
+        .flat_map_values(|line: String| {
+            line.split_whitespace()
+                .map(str::to_lowercase)
+                .collect::<Vec<_>>()
+        })
+        .select_key(|_, word| word.clone())
+        .group_by_key()
+        .materialized(Materialized::as_("counts"))
+        .count()
+        .to_stream()
+        .map_values(|n| n.unwrap_or_default().to_string())
+        .to(OUTPUT);
+    builder.build().unwrap()
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_dsl_word_count_stays_exact_when_an_instance_crashes() {
+    let kit = testkit(3, 6).await;
+    let (first, _) = lines(150, 21);
+    let (second, _) = lines(150, 23);
+    let mut expected = BTreeMap::new();
+    for w in first
+        .iter()
+        .chain(&second)
+        .flat_map(|l| l.split_whitespace())
+    {
+        *expected.entry(w.to_owned()).or_insert(0u64) += 1;
+    }
+    let total: u64 = expected.values().sum();
+    produce_lines(&kit, &first).await;
+    let dirs: Vec<_> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
+    let a = start(
+        dsl_word_count(),
+        streams_config(&kit, "dslwc", "a", dirs[0].path(), &EOS),
+    )
+    .await;
+    let b = start(
+        dsl_word_count(),
+        streams_config(&kit, "dslwc", "b", dirs[1].path(), &EOS),
+    )
+    .await;
+    eventually(
+        "both instances process",
+        Duration::from_secs(120),
+        || async {
+            !a.metrics().tasks.is_empty()
+                && !b.metrics().tasks.is_empty()
+                && read_committed(&kit, OUTPUT).await.len() > 50
+        },
+    )
+    .await;
+    produce_lines(&kit, &second).await;
+    crash(&kit, 3, "a", a).await;
+    let c = start(
+        dsl_word_count(),
+        streams_config(&kit, "dslwc", "c", dirs[2].path(), &EOS),
+    )
+    .await;
+    eventually("every word counted", Duration::from_secs(300), || async {
+        read_committed(&kit, OUTPUT).await.len() as u64 >= total
+    })
+    .await;
+    // Longer, so that a duplicate would have time to show.
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    let out = read_committed(&kit, OUTPUT).await;
+    assert_eq!(out.len() as u64, total, "each word once in the output");
+    assert_eq!(last_counts(&out), expected);
+    let (b_tasks, c_tasks) = (b.metrics().tasks, c.metrics().tasks);
+    b.close(Duration::from_secs(30)).await.unwrap();
+    c.close(Duration::from_secs(30)).await.unwrap();
+    let mut stores = BTreeMap::new();
+    for (tasks, dir) in [(&b_tasks, &dirs[1]), (&c_tasks, &dirs[2])] {
+        for t in tasks.keys().filter(|t| t.subtopology == 1) {
+            stores.extend(store_counts(dir.path(), "dslwc", &t.to_string()));
+        }
+    }
+    assert_eq!(stores, expected, "the stores hold the exact counts");
+}
+
+const USERS: usize = 8;
+const SIZE_MS: i64 = 10_000;
+const ADVANCE_MS: i64 = 5_000;
+const GRACE_MS: i64 = 1_000;
+
+/// Page views per user in hopping windows, only each window's final count,
+/// written as key `user@window-start`, value the count.
+fn final_views_per_window() -> Topology {
+    let builder = StreamsBuilder::new();
+    let windows = TimeWindows::of_size_and_grace(
+        Duration::from_millis(SIZE_MS as u64),
+        Duration::from_millis(GRACE_MS as u64),
+    )
+    .advance_by(Duration::from_millis(ADVANCE_MS as u64));
+    builder
+        .stream::<String, String>(INPUT)
+        .group_by_key()
+        .windowed_by(windows)
+        .materialized(Materialized::as_("views"))
+        .count()
+        .suppress_until_window_closes()
+        .to_stream()
+        .map(|w, n| {
+            (
+                format!("{}@{}", w.key, w.window.start),
+                n.unwrap_or_default().to_string(),
+            )
+        })
+        .to(OUTPUT);
+    builder.build().unwrap()
+}
+
+/// Produces `(user, timestamp)` views, in order.
+async fn produce_views(kit: &std::sync::Arc<weir_testkit::Cluster>, views: &[(usize, i64)]) {
+    let producer = Producer::with_cluster(client(kit, "feeder").await, Default::default()).unwrap();
+    let mut acks = Vec::new();
+    for &(user, ts) in views {
+        let record = ProducerRecord::new(INPUT)
+            .with_key(format!("u{user}"))
+            .with_value("page".to_string())
+            .with_timestamp(ts);
+        acks.push(producer.enqueue(record).await.unwrap());
+    }
+    producer.flush().await;
+    for a in acks {
+        a.await.unwrap();
+    }
+}
+
+/// Hopping windows with suppression under exactly-once: one instance
+/// crashes with windows pending in its suppression buffers; the instance
+/// that takes its tasks restores them, and every closed window's final count
+/// comes out exactly once and right.
+#[tokio::test(start_paused = true)]
+async fn final_windowed_counts_are_exact_and_once_across_a_crash() {
+    let kit = testkit(3, 6).await;
+    let views: Vec<(usize, i64)> = (0..600)
+        .map(|i| ((i * 7 + i / 3) % USERS, 1_000 + i as i64 * 97))
+        .collect();
+    let last_ts = views.iter().map(|v| v.1).max().unwrap();
+    // A last view per user far ahead closes every earlier window.
+    let closing_ts = last_ts + 60_000;
+    let closers: Vec<(usize, i64)> = (0..USERS).map(|u| (u, closing_ts)).collect();
+    let mut expected = BTreeMap::new();
+    for &(user, ts) in &views {
+        let mut start = (ts - SIZE_MS + ADVANCE_MS).max(0) / ADVANCE_MS * ADVANCE_MS;
+        while start <= ts {
+            *expected.entry(format!("u{user}@{start}")).or_insert(0u64) += 1;
+            start += ADVANCE_MS;
+        }
+    }
+    let (head, tail) = views.split_at(300);
+    produce_views(&kit, head).await;
+    let dirs: Vec<_> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
+    let a = start(
+        final_views_per_window(),
+        streams_config(&kit, "views", "a", dirs[0].path(), &EOS),
+    )
+    .await;
+    let b = start(
+        final_views_per_window(),
+        streams_config(&kit, "views", "b", dirs[1].path(), &EOS),
+    )
+    .await;
+    eventually("both instances emit", Duration::from_secs(120), || async {
+        !a.metrics().tasks.is_empty()
+            && !b.metrics().tasks.is_empty()
+            && read_committed(&kit, OUTPUT).await.len() > 20
+    })
+    .await;
+    produce_views(&kit, tail).await;
+    crash(&kit, 3, "a", a).await;
+    let c = start(
+        final_views_per_window(),
+        streams_config(&kit, "views", "c", dirs[2].path(), &EOS),
+    )
+    .await;
+    produce_views(&kit, &closers).await;
+    eventually("every window closed", Duration::from_secs(300), || async {
+        read_committed(&kit, OUTPUT).await.len() >= expected.len()
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    let out = read_committed(&kit, OUTPUT).await;
+    let mut emitted = BTreeMap::new();
+    for (_, k, v) in &out {
+        assert!(
+            emitted
+                .insert(k.clone(), v.parse::<u64>().unwrap())
+                .is_none(),
+            "window {k} emitted twice"
+        );
+    }
+    assert_eq!(emitted, expected);
+    b.close(Duration::from_secs(30)).await.unwrap();
+    c.close(Duration::from_secs(30)).await.unwrap();
+}
