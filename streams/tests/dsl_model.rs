@@ -161,6 +161,8 @@ proptest! {
 }
 
 type Sessions = BTreeMap<(String, i64, i64), i64>;
+/// A model session: start, end, count.
+type Session = (i64, i64, i64);
 
 fn session_driver(gap: i64, grace: i64) -> TopologyTestDriver {
     let builder = StreamsBuilder::new();
@@ -259,7 +261,7 @@ proptest! {
         for &(k, ts) in &records {
             observed = observed.max(ts);
             let sessions = model.entry(key(k)).or_default();
-            let (near, far): (Vec<&(i64, i64, i64)>, Vec<&(i64, i64, i64)>) = sessions
+            let (near, far): (Vec<&Session>, Vec<&Session>) = sessions
                 .iter()
                 .partition(|(s, e, _)| {
                     // A session the store no longer keeps cannot be extended
@@ -378,5 +380,157 @@ proptest! {
         let mut stored = driver.kv_store::<String, i64>("customers").unwrap();
         stored.sort();
         prop_assert_eq!(stored, c.into_iter().collect::<Vec<_>>());
+    }
+}
+
+#[derive(Debug, Clone)]
+struct JoinInput {
+    left: bool,
+    key: u8,
+    value: u8,
+    ts: i64,
+}
+
+fn join_input() -> impl Strategy<Value = JoinInput> {
+    (any::<bool>(), 0u8..3, 0u8..50, 0i64..200).prop_map(|(left, key, value, ts)| JoinInput {
+        left,
+        key,
+        value,
+        ts,
+    })
+}
+
+/// Stream-stream joins as Kafka Streams defines them, by brute force over
+/// lists: a record later than its window's end plus grace behind stream
+/// time is dropped; an accepted record joins every record of the other
+/// side with its key inside the window; for left and outer joins a record
+/// that has joined nothing comes out with `None` once stream time passes its
+/// window's end plus grace, unless a partner came first.
+fn stream_join_model(
+    inputs: &[JoinInput],
+    before: i64,
+    after: i64,
+    grace: i64,
+    left_outer: bool,
+    right_outer: bool,
+) -> Vec<(String, String, i64)> {
+    let mut observed = i64::MIN;
+    let mut lefts: Vec<(u8, u8, i64)> = Vec::new();
+    let mut rights: Vec<(u8, u8, i64)> = Vec::new();
+    // (side is left, key, value, ts) still waiting for a partner
+    let mut pending: Vec<(bool, u8, u8, i64)> = Vec::new();
+    let mut out = Vec::new();
+    let show = |l: Option<u8>, r: Option<u8>| {
+        format!(
+            "{}|{}",
+            l.map_or("-".into(), |v| v.to_string()),
+            r.map_or("-".into(), |v| v.to_string())
+        )
+    };
+    for i in inputs {
+        let reach = if i.left { after } else { before };
+        if i.ts + reach + grace < observed {
+            continue;
+        }
+        observed = observed.max(i.ts);
+        let partners: Vec<(u8, u8, i64)> = if i.left {
+            rights
+                .iter()
+                .filter(|r| r.0 == i.key && r.2 >= i.ts - before && r.2 <= i.ts + after)
+                .copied()
+                .collect()
+        } else {
+            lefts
+                .iter()
+                .filter(|l| l.0 == i.key && l.2 >= i.ts - after && l.2 <= i.ts + before)
+                .copied()
+                .collect()
+        };
+        for p in &partners {
+            let (l, r) = if i.left {
+                (i.value, p.1)
+            } else {
+                (p.1, i.value)
+            };
+            out.push((key(i.key), show(Some(l), Some(r)), i.ts.max(p.2)));
+            pending.retain(|q| !(q.0 != i.left && q.1 == i.key && q.3 == p.2));
+        }
+        if i.left {
+            lefts.push((i.key, i.value, i.ts));
+        } else {
+            rights.push((i.key, i.value, i.ts));
+        }
+        if partners.is_empty() && ((i.left && left_outer) || (!i.left && right_outer)) {
+            pending.push((i.left, i.key, i.value, i.ts));
+        }
+        pending.retain(|q| {
+            let reach = if q.0 { after } else { before };
+            if q.3 + reach + grace < observed {
+                let (l, r) = if q.0 {
+                    (Some(q.2), None)
+                } else {
+                    (None, Some(q.2))
+                };
+                out.push((key(q.1), show(l, r), q.3));
+                false
+            } else {
+                true
+            }
+        });
+    }
+    out.sort();
+    out
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+
+    /// Windowed stream-stream joins (inner, left, outer) with out-of-order
+    /// and late records equal the brute-force model.
+    #[test]
+    fn windowed_stream_joins_match_the_model(
+        inputs in prop::collection::vec(join_input(), 1..50),
+        before in 0i64..30,
+        after in 0i64..30,
+        grace in 0i64..30,
+    ) {
+        use weir_streams::dsl::JoinWindows;
+        let windows = JoinWindows::of_time_difference_and_grace(
+            Duration::from_millis(before as u64),
+            Duration::from_millis(grace as u64),
+        )
+        .after(Duration::from_millis(after as u64));
+        let show = |l: Option<&i64>, r: Option<&i64>| {
+            format!(
+                "{}|{}",
+                l.map_or("-".into(), |v| v.to_string()),
+                r.map_or("-".into(), |v| v.to_string())
+            )
+        };
+        for (kind, lo, ro) in [("inner", false, false), ("left", true, false), ("outer", true, true)] {
+            let builder = StreamsBuilder::new();
+            let l = builder.stream::<String, i64>("l");
+            let r = builder.stream::<String, i64>("r");
+            let joined = match kind {
+                "inner" => l.join_windowed(&r, windows, move |a, b| show(Some(a), Some(b))),
+                "left" => l.left_join_windowed(&r, windows, move |a, b| show(Some(a), b)),
+                _ => l.outer_join_windowed(&r, windows, show),
+            };
+            joined.to("out");
+            let mut driver = TopologyTestDriver::new(builder.build().unwrap(), "app").unwrap();
+            for i in &inputs {
+                let topic = if i.left { "l" } else { "r" };
+                driver.pipe(topic, &key(i.key), &i64::from(i.value), i.ts).unwrap();
+            }
+            let mut got: Vec<(String, String, i64)> = driver
+                .read_output::<String, String>("out")
+                .unwrap()
+                .into_iter()
+                .map(|r| (r.key, r.value, r.timestamp))
+                .collect();
+            got.sort();
+            let want = stream_join_model(&inputs, before, after, grace, lo, ro);
+            prop_assert_eq!(got, want, "{} join", kind);
+        }
     }
 }

@@ -38,6 +38,7 @@
 //! a generated name renumbers it.
 
 mod grouped;
+mod join;
 mod stream;
 mod table;
 mod window;
@@ -49,6 +50,7 @@ use crate::serde::Serde;
 use crate::topology::{NodeRef, Topology, TopologyBuilder};
 
 pub use self::grouped::{KGroupedStream, SessionWindowedKStream, TimeWindowedKStream};
+pub use self::join::JoinWindows;
 pub use self::stream::{BranchedKStream, KStream};
 pub use self::table::KTable;
 pub use self::window::{
