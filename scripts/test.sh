@@ -193,6 +193,8 @@ step mock-cluster-probe "$SCRIPT_DIR/interop/probe_mock_cluster.sh" "$WEIR_CLI_B
 # Issue 14: the weir-streams examples as separate processes on `weir-testkit serve`: a
 # clear error for a missing topic, SIGTERM exits 0, a replaced instance, exact counts.
 step examples-e2e "$SCRIPT_DIR/examples_e2e.sh"
+# Issue 16: the DSL examples check their own results on an embedded cluster, with a crash.
+step dsl-examples "$SCRIPT_DIR/dsl_examples.sh"
 step doctests cargo test --workspace --doc
 
 # ---- summary -----------------------------------------------------------------------------

@@ -5,4 +5,7 @@
 // The examples return weir-streams' own Result, as a user's code would.
 
 pub mod dedup;
+pub mod orders;
+pub mod pageviews;
+pub mod sessions;
 pub mod wordcount;

@@ -9,6 +9,8 @@ use std::time::Duration;
 use clap::{Args, ValueEnum};
 use weir_streams::{KafkaStreams, State, StreamsConfig, Topology};
 
+pub mod embedded;
+
 /// The processing guarantee, as the command line spells it.
 #[derive(Debug, Clone, Copy, ValueEnum)]
 pub enum Guarantee {
@@ -107,8 +109,13 @@ impl Common {
 
 /// Logs to stderr, `RUST_LOG` or `info`.
 pub fn init_logs() {
+    init_logs_at("info");
+}
+
+/// Logs to stderr, `RUST_LOG` or `default`.
+pub fn init_logs_at(default: &str) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
