@@ -220,3 +220,69 @@ async fn final_windowed_counts_are_exact_and_once_across_a_crash() {
     b.close(Duration::from_secs(30)).await.unwrap();
     c.close(Duration::from_secs(30)).await.unwrap();
 }
+
+/// A stream-table join whose table and stream were both written before the
+/// application started: the task processes its polled records in timestamp
+/// order across its partitions (as Kafka Streams does), so every order
+/// meets the customer written before it, whatever order the fetch returned
+/// the partitions in (the stream's topic sorts first here on purpose).
+#[tokio::test(start_paused = true)]
+async fn a_stream_table_join_processes_its_inputs_in_timestamp_order() {
+    let kit = testkit(1, 1).await;
+    let (orders, customers) = ("a-orders", "z-customers");
+    for t in [orders, customers] {
+        kit.create_topic(t, 1, std::iter::empty::<(String, String)>())
+            .await
+            .unwrap();
+    }
+    let producer =
+        Producer::with_cluster(client(&kit, "feeder").await, Default::default()).unwrap();
+    let mut acks = Vec::new();
+    for c in 0..20 {
+        let record = ProducerRecord::new(customers)
+            .with_key(format!("c{c}"))
+            .with_value(format!("name-{c}"))
+            .with_timestamp(1_000 + c);
+        acks.push(producer.enqueue(record).await.unwrap());
+    }
+    for o in 0..100 {
+        let record = ProducerRecord::new(orders)
+            .with_key(format!("c{}", o % 20))
+            .with_value(format!("o{o}"))
+            .with_timestamp(5_000 + o);
+        acks.push(producer.enqueue(record).await.unwrap());
+    }
+    producer.flush().await;
+    for a in acks {
+        a.await.unwrap();
+    }
+    let topology = || {
+        let builder = StreamsBuilder::new();
+        let names = builder.table::<String, String>(customers, Materialized::as_("names"));
+        builder
+            .stream::<String, String>(orders)
+            .left_join(&names, |o, n| {
+                format!("{o}:{}", n.map_or("?", String::as_str))
+            })
+            .to(OUTPUT);
+        builder.build().unwrap()
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let a = start(
+        topology(),
+        streams_config(&kit, "join-order", "a", dir.path(), &EOS),
+    )
+    .await;
+    eventually("every order joined", Duration::from_secs(120), || async {
+        read_committed(&kit, OUTPUT).await.len() >= 100
+    })
+    .await;
+    let out = read_committed(&kit, OUTPUT).await;
+    let unknown: Vec<_> = out.iter().filter(|(_, _, v)| v.ends_with(":?")).collect();
+    assert!(
+        unknown.is_empty(),
+        "orders processed before their customer: {unknown:?}"
+    );
+    assert_eq!(out.len(), 100);
+    a.close(Duration::from_secs(30)).await.unwrap();
+}

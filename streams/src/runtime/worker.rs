@@ -91,6 +91,41 @@ fn to_raw(r: ConsumerRecord) -> RawRecord {
     }
 }
 
+/// A task's polled records in the order Kafka Streams processes them: of
+/// its input partitions, always the one whose next record has the smallest
+/// timestamp (ties to the partition seen first), each partition in offset
+/// order. So a table update and a stream record polled together meet in
+/// time order, whichever partition the fetch returned first. Like Kafka
+/// Streams with `max.task.idle.ms=0`, this orders what was polled; it does
+/// not wait for a partition that has nothing yet.
+fn by_timestamp(records: Vec<RawRecord>) -> Vec<RawRecord> {
+    let mut queues: Vec<((String, i32), std::collections::VecDeque<RawRecord>)> = Vec::new();
+    for r in records {
+        let tp = (r.topic.clone(), r.partition);
+        match queues.iter_mut().find(|(k, _)| *k == tp) {
+            Some((_, q)) => q.push_back(r),
+            None => queues.push((tp, std::collections::VecDeque::from([r]))),
+        }
+    }
+    if queues.len() < 2 {
+        return queues.into_iter().flat_map(|(_, q)| q).collect();
+    }
+    let mut out = Vec::new();
+    loop {
+        let next = queues
+            .iter()
+            .enumerate()
+            .filter_map(|(i, (_, q))| q.front().map(|r| (r.timestamp, i)))
+            .min();
+        let Some((_, i)) = next else {
+            return out;
+        };
+        if let Some(r) = queues.get_mut(i).and_then(|(_, q)| q.pop_front()) {
+            out.push(r);
+        }
+    }
+}
+
 fn producer_record(r: OutputRecord) -> ProducerRecord {
     let mut p = ProducerRecord::new(r.topic).with_timestamp(r.timestamp);
     p.partition = r.partition;
@@ -406,7 +441,7 @@ impl Worker {
         let mut batch: Vec<(TaskId, Active, Vec<RawRecord>)> = Vec::new();
         for (id, records) in by_task {
             if let Some(task) = self.tasks.remove(&id) {
-                batch.push((id, task, records));
+                batch.push((id, task, by_timestamp(records)));
             }
         }
         let handling = self.rt.config.deserialization;
@@ -751,5 +786,52 @@ async fn next_restored(
                 "restore of {id} stopped: {e}"
             ))),
         )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn raw(topic: &str, offset: i64, timestamp: i64) -> RawRecord {
+        RawRecord {
+            topic: topic.to_owned(),
+            partition: 0,
+            offset,
+            timestamp,
+            key: None,
+            value: None,
+            headers: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn a_tasks_records_are_merged_by_timestamp_keeping_each_partitions_order() {
+        let polled = vec![
+            raw("orders", 0, 50),
+            raw("orders", 1, 10),
+            raw("orders", 2, 60),
+            raw("customers", 0, 5),
+            raw("customers", 1, 55),
+        ];
+        let order: Vec<(String, i64)> = by_timestamp(polled)
+            .into_iter()
+            .map(|r| (r.topic, r.offset))
+            .collect();
+        // customers@5 first; orders 0 (ts 50) before orders 1 (ts 10): a
+        // partition's own order is never changed.
+        let want = [
+            ("customers", 0),
+            ("orders", 0),
+            ("orders", 1),
+            ("customers", 1),
+            ("orders", 2),
+        ];
+        assert_eq!(
+            order,
+            want.iter()
+                .map(|(t, o)| ((*t).to_owned(), *o))
+                .collect::<Vec<_>>()
+        );
     }
 }
