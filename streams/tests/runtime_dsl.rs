@@ -286,3 +286,56 @@ async fn a_stream_table_join_processes_its_inputs_in_timestamp_order() {
     assert_eq!(out.len(), 100);
     a.close(Duration::from_secs(30)).await.unwrap();
 }
+
+/// An application whose generated store names moved (an operation added
+/// before an unnamed count) refuses to start, naming the changelog the
+/// earlier version left, instead of counting again from zero.
+#[tokio::test(start_paused = true)]
+async fn a_topology_whose_generated_names_moved_is_refused_at_start() {
+    let kit = testkit(1, 2).await;
+    produce_lines(&kit, &["a b a".to_string()]).await;
+    let version = |extra_step: bool| {
+        let builder = StreamsBuilder::new();
+        let lines = builder.stream::<(), String>(INPUT);
+        let lines = if extra_step {
+            lines.filter(|_, l| !l.is_empty())
+        } else {
+            lines
+        };
+        lines
+            .flat_map_values(|l: String| l.split(' ').map(str::to_owned).collect::<Vec<_>>())
+            .select_key(|_, w| w.clone())
+            .group_by_key()
+            .count()
+            .to_stream()
+            .map_values(|n| n.unwrap_or_default().to_string())
+            .to(OUTPUT);
+        builder.build().unwrap()
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let v1 = start(
+        version(false),
+        streams_config(&kit, "evolve", "a", dir.path(), &EOS),
+    )
+    .await;
+    eventually(
+        "the first version counts",
+        Duration::from_secs(60),
+        || async { read_committed(&kit, OUTPUT).await.len() >= 3 },
+    )
+    .await;
+    v1.close(Duration::from_secs(30)).await.unwrap();
+    let err = weir_streams::KafkaStreams::start(
+        version(true),
+        streams_config(&kit, "evolve", "a", dir.path(), &EOS),
+    )
+    .await
+    .err()
+    .expect("the second version must not start");
+    let msg = err.to_string();
+    assert!(
+        msg.contains("evolve-KSTREAM-AGGREGATE-STATE-STORE-0000000004-changelog"),
+        "{msg}"
+    );
+    assert!(msg.contains("Materialized::as_"), "{msg}");
+}

@@ -68,6 +68,21 @@ pub(crate) async fn prepare(
     let internal = topology.internal_topics(application_id, &counts);
     let names: Vec<String> = internal.iter().map(|t| t.name.clone()).collect();
     let present = partition_counts(admin, &names).await?;
+    let missing: Vec<&str> = names
+        .iter()
+        .filter(|n| !present.contains_key(*n))
+        .map(String::as_str)
+        .collect();
+    if missing.iter().any(|n| is_generated(application_id, n)) {
+        let all: Vec<String> = admin
+            .list_topics()
+            .await
+            .map_err(|e| StreamsError::client("listing topics", e))?
+            .into_iter()
+            .map(|t| t.name)
+            .collect();
+        check_renumbering(application_id, &names, &missing, &all)?;
+    }
     let mut to_create = Vec::new();
     for topic in &internal {
         match present.get(&topic.name) {
@@ -109,6 +124,71 @@ pub(crate) async fn prepare(
     Ok(counts)
 }
 
+/// Whether `topic` is an internal topic of `application_id` named after a
+/// generated DSL name (`KSTREAM-...-0000000007`), which renumbers when an
+/// operation is added before it.
+fn is_generated(application_id: &str, topic: &str) -> bool {
+    topic
+        .strip_prefix(application_id)
+        .and_then(|rest| rest.strip_prefix('-'))
+        .is_some_and(|rest| rest.starts_with("KSTREAM-") || rest.starts_with("KTABLE-"))
+}
+
+/// The internal topic's kind, by its suffix.
+fn kind(topic: &str) -> Option<&'static str> {
+    ["-changelog", "-repartition"]
+        .into_iter()
+        .find(|suffix| topic.ends_with(suffix))
+}
+
+/// Refuses to start when the topology needs an internal topic with a
+/// generated name that does not exist yet while one of the same kind with
+/// another generated name does: the topology changed and the generated
+/// names moved, so a store would start from an empty changelog (and the old
+/// state be silently abandoned), the failure Kafka Streams users meet when
+/// they add an operation to an application without naming its stores.
+fn check_renumbering(
+    application_id: &str,
+    needed: &[String],
+    missing: &[&str],
+    existing: &[String],
+) -> Result<()> {
+    let orphans: Vec<&String> = existing
+        .iter()
+        .filter(|t| is_generated(application_id, t) && !needed.contains(t))
+        .collect();
+    // Changelogs first: they hold the state a renumbering would abandon.
+    let mut generated: Vec<&&str> = missing
+        .iter()
+        .filter(|n| is_generated(application_id, n))
+        .collect();
+    generated.sort_by_key(|n| kind(n) != Some("-changelog"));
+    for new in generated {
+        let same_kind: Vec<&str> = orphans
+            .iter()
+            .filter(|o| kind(o).is_some() && kind(o) == kind(new))
+            .map(|o| o.as_str())
+            .collect();
+        if !same_kind.is_empty() {
+            return Err(topic_error(
+                new,
+                format!(
+                    concat!(
+                        "the topology needs this topic, but {} exist(s) from an earlier version ",
+                        "of the topology: the generated names of its stores or repartitions ",
+                        "changed, and starting would leave their state behind. Name the stores ",
+                        "(Materialized::as_) and repartitions (repartition(Some(name))) with the ",
+                        "names of the existing topics, or delete those topics to start from ",
+                        "empty state",
+                    ),
+                    same_kind.join(", ")
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// An existing changelog must keep its cleanup policy: a changelog that is
 /// deleted by time instead of compacted silently loses state.
 async fn check_policy(admin: &Admin, topic: &str, wanted: &[(String, String)]) -> Result<()> {
@@ -134,5 +214,34 @@ async fn check_policy(admin: &Admin, topic: &str, wanted: &[(String, String)]) -
             format!("has cleanup.policy={actual}, but the application needs {policy}"),
         )),
         _ => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn names(v: &[&str]) -> Vec<String> {
+        v.iter().map(|s| (*s).to_owned()).collect()
+    }
+
+    #[test]
+    fn a_renumbered_generated_store_is_refused_and_a_named_one_is_not() {
+        let old = names(&["app-KSTREAM-AGGREGATE-STATE-STORE-0000000003-changelog"]);
+        let needed = names(&["app-KSTREAM-AGGREGATE-STATE-STORE-0000000004-changelog"]);
+        let missing = ["app-KSTREAM-AGGREGATE-STATE-STORE-0000000004-changelog"];
+        let err = check_renumbering("app", &needed, &missing, &old).unwrap_err();
+        assert!(err.to_string().contains("0000000003"), "{err}");
+        // A first start: nothing exists.
+        assert!(check_renumbering("app", &needed, &missing, &[]).is_ok());
+        // A named store needs no generated topic.
+        let named = names(&["app-counts-changelog"]);
+        assert!(check_renumbering("app", &named, &["app-counts-changelog"], &old).is_ok());
+        // A leftover repartition topic does not block a new changelog.
+        let repart = names(&["app-KSTREAM-AGGREGATE-STATE-STORE-0000000003-repartition"]);
+        assert!(check_renumbering("app", &needed, &missing, &repart).is_ok());
+        // Another application's topics do not count.
+        let other = names(&["other-KSTREAM-AGGREGATE-STATE-STORE-0000000003-changelog"]);
+        assert!(check_renumbering("app", &needed, &missing, &other).is_ok());
     }
 }
