@@ -14,16 +14,13 @@
 
 mod member_support;
 
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use member_support::*;
-use tokio::sync::oneshot;
-use tokio::task::JoinHandle;
-use tokio::time::{Instant, sleep, sleep_until};
+use tokio::time::{Instant, sleep};
 use weir_group::GroupError;
 use weir_group::assignor::Assignor;
-use weir_group::member::{AssignmentEvent, GroupMember, MemberConfig, Revocation};
+use weir_group::member::MemberConfig;
 use weir_protocol::ApiKey;
 
 const LIMIT: Duration = Duration::from_secs(60);
@@ -31,101 +28,6 @@ const UNKNOWN_MEMBER_ID: i16 = 25;
 const ILLEGAL_GENERATION: i16 = 22;
 const FENCED_INSTANCE_ID: i16 = 82;
 const OUT: [i16; 3] = [UNKNOWN_MEMBER_ID, ILLEGAL_GENERATION, FENCED_INSTANCE_ID];
-
-/// How the application treats a revocation.
-#[derive(Clone, Copy)]
-struct OnRevoke {
-    /// Commit the revoked partitions first (and record the result).
-    commit: bool,
-    /// Ack this long after the revocation arrived.
-    hold: Duration,
-}
-
-/// When a commit returned, and whether it failed.
-type Commits = Arc<Mutex<Vec<(Instant, Result<(), GroupError>)>>>;
-
-struct SlowApp {
-    stop: oneshot::Sender<()>,
-    task: JoinHandle<GroupMember>,
-    commits: Commits,
-    /// When the first revocation arrived (its ack is held).
-    revoked_at: Arc<Mutex<Option<Instant>>>,
-}
-
-impl SlowApp {
-    async fn start(
-        tk: &weir_testkit::Cluster,
-        name: &str,
-        config: MemberConfig,
-        journal: &Journal,
-        on_revoke: OnRevoke,
-    ) -> SlowApp {
-        let member = GroupMember::start(client(&tk.bootstrap(), name).await, config).unwrap();
-        let (stop, mut stopped) = oneshot::channel::<()>();
-        let commits = Commits::default();
-        let revoked_at = Arc::new(Mutex::new(None));
-        let (journal, who, log) = (journal.clone(), name.to_owned(), commits.clone());
-        let revoked = revoked_at.clone();
-        let task = tokio::spawn(async move {
-            let mut member = member;
-            let mut tick = tokio::time::interval(Duration::from_millis(100));
-            let mut pending: Option<(Revocation, Instant)> = None;
-            loop {
-                let ack_at = pending.as_ref().map(|(_, at)| *at);
-                tokio::select! {
-                    _ = &mut stopped => return member,
-                    _ = sleep_until(ack_at.unwrap_or_else(Instant::now)), if ack_at.is_some() => {
-                        if let Some((r, _)) = pending.take() {
-                            journal.push(Entry::Revoked { at: Instant::now(), who: who.clone(), partitions: r.partitions.clone() });
-                            r.ack();
-                        }
-                    }
-                    event = member.next_event() => {
-                        let at = Instant::now();
-                        match event {
-                            Ok(AssignmentEvent::Assigned(partitions)) => journal.push(Entry::Assigned {
-                                at, who: who.clone(), partitions, generation: member.generation(),
-                            }),
-                            Ok(AssignmentEvent::Revoked(r)) => {
-                                revoked.lock().unwrap().get_or_insert(at);
-                                if on_revoke.commit {
-                                    let offsets: Vec<_> = r.partitions.iter().map(|tp| (tp.clone(), 1)).collect();
-                                    let result = member.commit(&offsets).await;
-                                    log.lock().unwrap().push((Instant::now(), result));
-                                }
-                                pending = Some((r, at + on_revoke.hold));
-                            }
-                            Ok(AssignmentEvent::Lost(partitions)) => journal.push(Entry::Lost { at, who: who.clone(), partitions }),
-                            Err(error) => {
-                                journal.push(Entry::Fatal { at, who: who.clone(), error });
-                                let _ = stopped.await;
-                                return member;
-                            }
-                        }
-                    }
-                    _ = tick.tick() => {
-                        if member.lease().is_valid() {
-                            for tp in member.assignment() {
-                                journal.push(Entry::Write { at: Instant::now(), who: who.clone(), tp });
-                            }
-                        }
-                    }
-                }
-            }
-        });
-        SlowApp {
-            stop,
-            task,
-            commits,
-            revoked_at,
-        }
-    }
-
-    async fn stop(self) -> GroupMember {
-        let _ = self.stop.send(());
-        self.task.await.unwrap()
-    }
-}
 
 /// `who`'s writes after `from` and before its next assignment after it.
 fn writes_until_reassigned(entries: &[Entry], who: &str, from: Instant) -> Vec<Entry> {
@@ -254,7 +156,7 @@ async fn no_write_after_a_heartbeat_says_the_member_is_out_while_a_revocation_is
             commit: false,
             hold: Duration::from_secs(5),
         };
-        let a = SlowApp::start(&tk, "a", cooperative("a-1"), &journal, hold).await;
+        let a = App::start_with(&tk.bootstrap(), "a", cooperative("a-1"), &journal, hold).await;
         journal.wait_balanced(&["a"], 2).await;
         let b = App::start(&tk.bootstrap(), "b", cooperative("b-1"), &journal).await;
         // a's revocation has arrived; its ack is held.
@@ -302,7 +204,7 @@ async fn no_write_after_a_commit_says_the_member_is_out_while_a_revocation_is_he
             commit: true,
             hold: Duration::from_secs(5),
         };
-        let a = SlowApp::start(&tk, "a", cooperative("a-1"), &journal, hold).await;
+        let a = App::start_with(&tk.bootstrap(), "a", cooperative("a-1"), &journal, hold).await;
         journal.wait_balanced(&["a"], 2).await;
         fail_next(&tk, "a", ApiKey::OffsetCommit, code).await;
         let b = App::start(&tk.bootstrap(), "b", cooperative("b-1"), &journal).await;

@@ -911,7 +911,22 @@ async fn run(schedule: &Schedule) -> Result<Observed, String> {
             observed.effect("Produce sent to a moved partition's old leader");
         }
     }
-    observed.output = read_committed(&kit, reader).await?;
+    read_end_state(&kit, reader, &mut observed).await?;
+    Ok(observed)
+}
+
+/// Reads the end state of a run into `observed`: the committed output
+/// through Weir's read_committed consumer on `reader` ([`read_committed`]),
+/// the independent reading from the raw log ([`visible_in_log`]), each
+/// output partition's last stable offset and high watermark, and the
+/// transactions the coordinator still has unfinished (whether anything
+/// hangs). Shared by this checker and [`crate::eos_group`].
+pub(crate) async fn read_end_state(
+    kit: &Kit,
+    reader: Cluster,
+    observed: &mut Observed,
+) -> Result<(), String> {
+    observed.output = read_committed(kit, reader).await?;
     // The independent reading, and whether anything hangs.
     for p in 0..OUTPUT_PARTITIONS {
         let log = kit.raw_log(OUTPUT, p).await.map_err(|e| e.to_string())?;
@@ -927,7 +942,7 @@ async fn run(schedule: &Schedule) -> Result<Observed, String> {
         .into_iter()
         .map(|(id, state)| format!("{id} ({state})"))
         .collect();
-    Ok(observed)
+    Ok(())
 }
 
 /// Writes the input: plainly, or in the schedule's input transactions

@@ -40,7 +40,7 @@
 //!   [`GroupSchedule::trust_commit_time_metadata`] for what that breaks.
 //!
 //! **Checks**: [`crate::eos::check`], on the same two readings (Weir's
-//! read_committed consumer and the raw log with [`visible_in_log`]). The
+//! read_committed consumer and the raw log with [`visible_in_log`](crate::eos::visible_in_log)). The
 //! run also reports what the zombie did after another instance had been
 //! assigned its partitions ([`ZombieReport`]), so a test can insist that the
 //! fence was actually tested. [`GroupSchedule::bypass_fence`] is the
@@ -75,7 +75,7 @@ use weir_testkit::{
     ClientSelector, FaultId, Intercept, InterceptAction, PartitionTarget, RequestMatcher,
 };
 
-use crate::eos::{OUTPUT, OUTPUT_PARTITIONS, Observed, check, read_committed, visible_in_log};
+use crate::eos::{OUTPUT, OUTPUT_PARTITIONS, Observed, check, read_end_state};
 use crate::testkit_dial::client_config;
 
 type Kit = Arc<weir_testkit::Cluster>;
@@ -589,21 +589,7 @@ async fn run(schedule: &GroupSchedule) -> Result<GroupObserved, String> {
         .await
         .map_err(|e| e.to_string())?;
     observed.offsets = offsets.iter().map(|(tp, o)| (tp.partition, *o)).collect();
-    observed.output = read_committed(&kit, checker).await?;
-    for p in 0..OUTPUT_PARTITIONS {
-        let log = kit.raw_log(OUTPUT, p).await.map_err(|e| e.to_string())?;
-        let values = visible_in_log(&log).map_err(|e| format!("output partition {p}: {e}"))?;
-        observed.log_output.insert(p, values);
-        let (_, lso, hw) = kit.offsets(OUTPUT, p).await.map_err(|e| e.to_string())?;
-        observed.stable.insert(p, (lso, hw));
-    }
-    observed.unfinished = kit
-        .unfinished_transactions()
-        .await
-        .map_err(|e| e.to_string())?
-        .into_iter()
-        .map(|(id, state)| format!("{id} ({state})"))
-        .collect();
+    read_end_state(&kit, checker, &mut observed).await?;
     let zombie = {
         let b = shared.board();
         ZombieReport {

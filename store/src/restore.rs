@@ -98,6 +98,16 @@ pub struct RestoreProgress {
 }
 
 impl RestoreProgress {
+    /// Nothing applied yet, resuming at `next_offset`.
+    fn start(next_offset: Option<i64>, end_offset: i64) -> RestoreProgress {
+        RestoreProgress {
+            records: 0,
+            bytes: 0,
+            next_offset,
+            end_offset,
+        }
+    }
+
     /// Records still to restore, if the position is known.
     pub fn remaining(&self) -> Option<i64> {
         self.next_offset.map(|next| (self.end_offset - next).max(0))
@@ -262,33 +272,15 @@ impl TaskStore {
             self.inner.state().volatile.insert(partition.clone());
             tracing::info!(store, partition = %partition, end_offset, "in-memory restore started");
             registered.armed = false;
-            return Ok(ChangelogRestorer {
-                task: self.clone(),
-                store: store.to_owned(),
+            return Ok(ChangelogRestorer::started(
+                self,
+                store,
                 partition,
                 kind,
-                path: RestorePath::Batches,
-                progress: RestoreProgress {
-                    records: 0,
-                    bytes: 0,
-                    next_offset,
-                    end_offset,
-                },
-                batch: None,
-                batch_bytes: 0,
                 stream_time,
-                run: Vec::new(),
-                next_progress_log: PROGRESS_LOG_BYTES,
-                layout: Layout::for_memory(self.inner.options.restore_memory_bytes),
-                sample: Vec::new(),
-                sample_records: 0,
-                buckets: None,
-                slabs: None,
-                keyspace: None,
-                jobs: None,
-                worker: None,
-                memory: true,
-            });
+                RestoreProgress::start(next_offset, end_offset),
+                None,
+            ));
         }
         if let (Some(earlier), Some(_)) = (&unfinished, &keyspace) {
             // Part of the records (or all of them, without the final commit)
@@ -368,34 +360,33 @@ impl TaskStore {
             .map_err(|e| StoreError::io(self.path(), e))?;
         tracing::info!(store, partition = %partition, end_offset, path = ?path, "restore started");
         registered.armed = false;
-        Ok(ChangelogRestorer {
-            task: self.clone(),
-            store: store.to_owned(),
+        Ok(ChangelogRestorer::started(
+            self,
+            store,
             partition,
             kind,
-            path,
-            progress: RestoreProgress {
-                records: 0,
-                bytes: 0,
-                next_offset,
-                end_offset,
-            },
-            batch: None,
-            batch_bytes: 0,
             stream_time,
-            run: Vec::new(),
-            next_progress_log: PROGRESS_LOG_BYTES,
-            layout,
-            sample: Vec::new(),
-            sample_records: 0,
-            buckets: None,
-            slabs,
-            keyspace,
-            jobs: Some(jobs),
-            worker: Some(worker),
-            memory: false,
-        })
+            RestoreProgress::start(next_offset, end_offset),
+            Some(Writer {
+                path,
+                slabs,
+                keyspace,
+                jobs,
+                worker,
+            }),
+        ))
     }
+}
+
+/// What a key-value store's restorer writes with: its path, the worker and
+/// the channel to it, and (sorted runs) the slabs. An in-memory store's
+/// restorer has none.
+struct Writer {
+    path: RestorePath,
+    slabs: Option<SlabPool>,
+    keyspace: Option<Keyspace>,
+    jobs: SyncSender<Job>,
+    worker: JoinHandle<Result<Option<Spill>>>,
 }
 
 /// Unregisters a restorer whose start failed.
@@ -414,6 +405,47 @@ impl Drop for Registered<'_> {
 }
 
 impl ChangelogRestorer {
+    /// A restorer of `store` at its start, registered by the caller: of a
+    /// key-value store, writing with `writer`, or of an in-memory store
+    /// (batches path, no worker) without one.
+    fn started(
+        task: &TaskStore,
+        store: &str,
+        partition: ChangelogPartition,
+        kind: StoreKind,
+        stream_time: Option<i64>,
+        progress: RestoreProgress,
+        writer: Option<Writer>,
+    ) -> ChangelogRestorer {
+        let memory = writer.is_none();
+        let (path, slabs, keyspace, jobs, worker) = match writer {
+            Some(w) => (w.path, w.slabs, w.keyspace, Some(w.jobs), Some(w.worker)),
+            None => (RestorePath::Batches, None, None, None, None),
+        };
+        ChangelogRestorer {
+            task: task.clone(),
+            store: store.to_owned(),
+            partition,
+            kind,
+            path,
+            progress,
+            batch: None,
+            batch_bytes: 0,
+            stream_time,
+            run: Vec::new(),
+            next_progress_log: PROGRESS_LOG_BYTES,
+            layout: Layout::for_memory(task.inner.options.restore_memory_bytes),
+            sample: Vec::new(),
+            sample_records: 0,
+            buckets: None,
+            slabs,
+            keyspace,
+            jobs,
+            worker,
+            memory,
+        }
+    }
+
     /// The write path chosen when the restore started.
     pub fn path(&self) -> RestorePath {
         self.path

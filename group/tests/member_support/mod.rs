@@ -9,12 +9,12 @@ use std::time::Duration;
 
 use tokio::sync::{oneshot, watch};
 use tokio::task::JoinHandle;
-use tokio::time::Instant;
+use tokio::time::{Instant, sleep_until};
 use weir_client::Cluster;
 use weir_client::config::ClientConfig;
 use weir_group::GroupError;
 use weir_group::assignor::TopicPartition;
-use weir_group::member::{AssignmentEvent, GroupMember, MemberConfig};
+use weir_group::member::{AssignmentEvent, GroupMember, MemberConfig, Revocation};
 use weir_protocol::ApiKey;
 use weir_protocol::kafka_protocol::messages::RequestKind;
 
@@ -278,13 +278,32 @@ pub fn config(group: &str) -> MemberConfig {
         .with_self_fence_margin(Duration::from_secs(2))
 }
 
-/// An application running one member: logs its events, acks revocations,
-/// and writes for each owned partition every 100 ms while its lease holds.
+/// How an [`App`] treats a revocation. The default acks it at once.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct OnRevoke {
+    /// Commit the revoked partitions first (offset 1 each) and record the
+    /// result in [`App::commits`].
+    pub commit: bool,
+    /// Hold the ack this long after the revocation arrived (a slow commit
+    /// or flush in the revocation callback); zero acks at once.
+    pub hold: Duration,
+}
+
+/// When a commit of an [`App`] returned, and whether it failed.
+pub type Commits = Arc<Mutex<Vec<(Instant, Result<(), GroupError>)>>>;
+
+/// An application running one member: logs its events, acks revocations
+/// (as its [`OnRevoke`] says), and writes for each owned partition every
+/// 100 ms while its lease holds.
 pub struct App {
     pub name: String,
     stop: Option<oneshot::Sender<()>>,
     task: JoinHandle<GroupMember>,
     journal: Journal,
+    /// The commits made on revocation ([`OnRevoke::commit`]).
+    pub commits: Commits,
+    /// When the first revocation arrived.
+    pub revoked_at: Arc<Mutex<Option<Instant>>>,
 }
 
 impl App {
@@ -294,21 +313,54 @@ impl App {
         config: MemberConfig,
         journal: &Journal,
     ) -> App {
-        let cluster = client(bootstrap, name).await;
-        let member = GroupMember::start(cluster, config).unwrap();
-        Self::run(member, name, journal)
+        Self::start_with(bootstrap, name, config, journal, OnRevoke::default()).await
     }
 
-    pub fn run(mut member: GroupMember, name: &str, journal: &Journal) -> App {
+    /// [`App::start`] with revocations treated as `on_revoke` says.
+    pub async fn start_with(
+        bootstrap: &str,
+        name: &str,
+        config: MemberConfig,
+        journal: &Journal,
+        on_revoke: OnRevoke,
+    ) -> App {
+        let cluster = client(bootstrap, name).await;
+        let member = GroupMember::start(cluster, config).unwrap();
+        Self::run_with(member, name, journal, on_revoke)
+    }
+
+    pub fn run(member: GroupMember, name: &str, journal: &Journal) -> App {
+        Self::run_with(member, name, journal, OnRevoke::default())
+    }
+
+    /// [`App::run`] with revocations treated as `on_revoke` says.
+    pub fn run_with(
+        mut member: GroupMember,
+        name: &str,
+        journal: &Journal,
+        on_revoke: OnRevoke,
+    ) -> App {
         let (stop, mut stopped) = oneshot::channel();
         let record = journal.clone();
         let journal = journal.clone();
         let who = name.to_owned();
+        let commits = Commits::default();
+        let revoked_at = Arc::new(Mutex::new(None));
+        let (log, revoked) = (commits.clone(), revoked_at.clone());
         let task = tokio::spawn(async move {
             let mut tick = tokio::time::interval(Duration::from_millis(100));
+            // A revocation whose ack is held, and when to ack it.
+            let mut pending: Option<(Revocation, Instant)> = None;
             loop {
+                let ack_at = pending.as_ref().map(|(_, at)| *at);
                 tokio::select! {
                     _ = &mut stopped => return member,
+                    _ = sleep_until(ack_at.unwrap_or_else(Instant::now)), if ack_at.is_some() => {
+                        if let Some((r, _)) = pending.take() {
+                            journal.push(Entry::Revoked { at: Instant::now(), who: who.clone(), partitions: r.partitions.clone() });
+                            r.ack();
+                        }
+                    }
                     event = member.next_event() => {
                         let at = Instant::now();
                         match event {
@@ -316,8 +368,22 @@ impl App {
                                 at, who: who.clone(), partitions, generation: member.generation(),
                             }),
                             Ok(AssignmentEvent::Revoked(r)) => {
-                                journal.push(Entry::Revoked { at, who: who.clone(), partitions: r.partitions.clone() });
-                                r.ack();
+                                revoked.lock().unwrap().get_or_insert(at);
+                                // Logged when acked, after the commit.
+                                let mut acked = at;
+                                if on_revoke.commit {
+                                    let offsets: Vec<_> = r.partitions.iter().map(|tp| (tp.clone(), 1)).collect();
+                                    let result = member.commit(&offsets).await;
+                                    acked = Instant::now();
+                                    log.lock().unwrap().push((acked, result));
+                                }
+                                if on_revoke.hold.is_zero() {
+                                    journal.push(Entry::Revoked { at: acked, who: who.clone(), partitions: r.partitions.clone() });
+                                    r.ack();
+                                } else {
+                                    // The hold counts from the revocation's arrival.
+                                    pending = Some((r, at + on_revoke.hold));
+                                }
                             }
                             Ok(AssignmentEvent::Lost(partitions)) => journal.push(Entry::Lost { at, who: who.clone(), partitions }),
                             Err(error) => {
@@ -344,6 +410,8 @@ impl App {
             stop: Some(stop),
             task,
             journal: record,
+            commits,
+            revoked_at,
         }
     }
 
