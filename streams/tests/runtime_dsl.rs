@@ -340,3 +340,54 @@ async fn a_topology_whose_generated_names_moved_is_refused_at_start() {
     );
     assert!(msg.contains("Materialized::as_"), "{msg}");
 }
+
+/// `to_dynamic` on the runtime: each word goes to the topic its chooser
+/// names, partitioned by its key like any sink.
+#[tokio::test(start_paused = true)]
+async fn a_topic_chooser_routes_each_record_on_the_runtime() {
+    let kit = testkit(1, 2).await;
+    for t in ["short-words", "long-words"] {
+        kit.create_topic(t, 2, std::iter::empty::<(String, String)>())
+            .await
+            .unwrap();
+    }
+    let (input, counts) = lines(40, 5);
+    produce_lines(&kit, &input).await;
+    let builder = StreamsBuilder::new();
+    builder
+        .stream::<(), String>(INPUT)
+        .flat_map_values(|l: String| l.split_whitespace().map(str::to_owned).collect::<Vec<_>>())
+        .select_key(|_, w| w.clone())
+        .to_dynamic(|w, _| {
+            if w.len() <= 5 {
+                "short-words".to_string()
+            } else {
+                "long-words".to_string()
+            }
+        });
+    let dir = tempfile::tempdir().unwrap();
+    let a = start(
+        builder.build().unwrap(),
+        streams_config(&kit, "router", "a", dir.path(), &EOS),
+    )
+    .await;
+    let total: u64 = counts.values().sum();
+    eventually("every word routed", Duration::from_secs(60), || async {
+        let short = read_committed(&kit, "short-words").await.len();
+        let long = read_committed(&kit, "long-words").await.len();
+        (short + long) as u64 >= total
+    })
+    .await;
+    let short = read_committed(&kit, "short-words").await;
+    let long = read_committed(&kit, "long-words").await;
+    assert!(short.iter().all(|(_, k, _)| k.len() <= 5));
+    assert!(long.iter().all(|(_, k, _)| k.len() > 5));
+    let want_short: u64 = counts
+        .iter()
+        .filter(|(w, _)| w.len() <= 5)
+        .map(|(_, n)| n)
+        .sum();
+    assert_eq!(short.len() as u64, want_short);
+    assert_eq!((short.len() + long.len()) as u64, total);
+    a.close(Duration::from_secs(30)).await.unwrap();
+}

@@ -518,6 +518,31 @@ where
             .with(|inner| inner.builder.sink(&name, &[&self.node], topic));
     }
 
+    /// Writes each record to the topic `chooser` names for it (Kafka
+    /// Streams' `to(TopicNameExtractor)`); the topics must exist.
+    ///
+    /// ```
+    /// # use weir_streams::dsl::StreamsBuilder;
+    /// # use weir_streams::testing::TopologyTestDriver;
+    /// let builder = StreamsBuilder::new();
+    /// builder
+    ///     .stream::<String, i64>("amounts")
+    ///     .to_dynamic(|_, v| if *v < 0 { "refunds".to_string() } else { "payments".to_string() });
+    /// let mut driver = TopologyTestDriver::new(builder.build().unwrap(), "app").unwrap();
+    /// driver.pipe("amounts", &"a".to_string(), &-5i64, 0).unwrap();
+    /// driver.pipe("amounts", &"b".to_string(), &7i64, 1).unwrap();
+    /// assert_eq!(driver.read_output::<String, i64>("refunds").unwrap()[0].value, -5);
+    /// assert_eq!(driver.read_output::<String, i64>("payments").unwrap()[0].value, 7);
+    /// ```
+    pub fn to_dynamic(&self, chooser: impl Fn(&K, &V) -> String + Send + Sync + 'static) {
+        let name = self.shared.name_or(self.next_name.clone(), "KSTREAM-SINK");
+        self.shared.with(|inner| {
+            inner
+                .builder
+                .sink_with_chooser(&name, &[&self.node], chooser)
+        });
+    }
+
     /// Repartitions the stream by its current key through
     /// `<application.id>-<name>-repartition`, with `partitions` partitions
     /// (or as many as the upstream input has). The result is no longer

@@ -87,6 +87,8 @@ pub(crate) enum NodeKind {
     Sink {
         topic: TopicRef,
     },
+    /// A sink whose topic a function picks per record.
+    DynamicSink,
 }
 
 pub(crate) struct NodeDef {
@@ -289,6 +291,7 @@ impl TopologyBuilder {
             Arc::new(move |app| {
                 Box::new(SinkNode::<K, V> {
                     topic: resolved.resolve(app),
+                    chooser: None,
                     _types: PhantomData,
                 })
             }),
@@ -304,6 +307,43 @@ impl TopologyBuilder {
         topic: &str,
     ) {
         self.sink_at(name, parents, TopicRef::External(topic.to_owned()));
+    }
+
+    /// A sink node writing each record of `parents` to the topic `chooser`
+    /// names for it (Kafka Streams' `TopicNameExtractor`). The topics must
+    /// exist; a record for a missing one fails when it is sent.
+    ///
+    /// ```
+    /// # use weir_streams::TopologyBuilder;
+    /// let mut b = TopologyBuilder::new();
+    /// let src = b.source::<String, String>("in", &["events"]);
+    /// b.sink_with_chooser("route", &[&src], |_k: &String, v: &String| format!("events-{}", &v[..1]));
+    /// # b.build().unwrap();
+    /// ```
+    pub fn sink_with_chooser<K: Serde, V: Serde>(
+        &mut self,
+        name: &str,
+        parents: &[&NodeRef<K, V>],
+        chooser: impl Fn(&K, &V) -> String + Send + Sync + 'static,
+    ) {
+        if parents.is_empty() {
+            self.errors
+                .push(format!("sink {name} is not connected to any node"));
+        }
+        let chooser: nodes::TopicChooser<K, V> = Arc::new(chooser);
+        self.add(
+            name,
+            NodeKind::DynamicSink,
+            parents.iter().map(|p| p.index).collect(),
+            Vec::new(),
+            Arc::new(move |_| {
+                Box::new(SinkNode::<K, V> {
+                    topic: String::new(),
+                    chooser: Some(Arc::clone(&chooser)),
+                    _types: PhantomData,
+                })
+            }),
+        );
     }
 
     /// Repartitions the records of `parents` by key through the internal
@@ -529,7 +569,7 @@ fn subtopologies(nodes: &[NodeDef]) -> Vec<Subtopology> {
                 match &nodes[m].kind {
                     NodeKind::Source { topics, .. } => sources.extend(topics.iter().cloned()),
                     NodeKind::Sink { topic } => sinks.push(topic.clone()),
-                    NodeKind::Processor => {}
+                    NodeKind::Processor | NodeKind::DynamicSink => {}
                 }
                 stores.extend(nodes[m].stores.iter().cloned());
             }
@@ -817,6 +857,9 @@ impl Topology {
                     NodeKind::Sink { topic } => {
                         let _ = writeln!(s, "    Sink: {} (topic: {topic})", node.name);
                     }
+                    NodeKind::DynamicSink => {
+                        let _ = writeln!(s, "    Sink: {} (topic chosen per record)", node.name);
+                    }
                 }
                 let names = |v: &[usize]| {
                     if v.is_empty() {
@@ -828,7 +871,7 @@ impl Topology {
                             .join(", ")
                     }
                 };
-                if !matches!(node.kind, NodeKind::Sink { .. }) {
+                if !matches!(node.kind, NodeKind::Sink { .. } | NodeKind::DynamicSink) {
                     let _ = writeln!(s, "      --> {}", names(&node.children));
                 }
                 if !matches!(node.kind, NodeKind::Source { .. }) {

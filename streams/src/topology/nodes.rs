@@ -138,9 +138,13 @@ where
     fn close(&mut self) {}
 }
 
-/// A sink: serializes its records for a topic.
+/// Picks a record's topic (Kafka Streams' `TopicNameExtractor`).
+pub(crate) type TopicChooser<K, V> = std::sync::Arc<dyn Fn(&K, &V) -> String + Send + Sync>;
+
+/// A sink: serializes its records for a topic, fixed or chosen per record.
 pub(crate) struct SinkNode<K, V> {
     pub(crate) topic: String,
+    pub(crate) chooser: Option<TopicChooser<K, V>>,
     pub(crate) _types: PhantomData<fn(K, V)>,
 }
 
@@ -160,8 +164,12 @@ where
         _out: &mut Vec<Erased>,
     ) -> Result<(), ProcessError> {
         let record = downcast::<K, V>(&env, input)?;
+        let topic = match &self.chooser {
+            Some(choose) => choose(&record.key, &record.value),
+            None => self.topic.clone(),
+        };
         env.core.outputs.push(OutputRecord {
-            topic: self.topic.clone(),
+            topic,
             partition: None,
             key: record.key.serialize(),
             value: record.value.serialize(),
