@@ -34,7 +34,9 @@ use std::time::Duration;
 use crate::error::ProcessError;
 use crate::record::{Record, RecordMetadata};
 use crate::serde::Serde;
-use crate::state::{KvStore, KvStoreRef, WindowStore, WindowStoreRef};
+use crate::state::{
+    GlobalKvStore, GlobalKvStoreRef, KvStore, KvStoreRef, WindowStore, WindowStoreRef,
+};
 use crate::task::{NodeEnv, TaskId};
 
 /// A step of a topology. `KIn`/`VIn` are what it receives, `KOut`/`VOut`
@@ -206,5 +208,19 @@ impl<K, V> ProcessorContext<'_, K, V> {
         store: &WindowStoreRef<K2, V2>,
     ) -> Result<WindowStore<K2, V2>, ProcessError> {
         self.env.window_store(store)
+    }
+
+    /// The global store `store` (see
+    /// [`TopologyBuilder::global_store`](crate::TopologyBuilder::global_store)),
+    /// read-only; any processor may read any global store.
+    ///
+    /// # Errors
+    ///
+    /// The topology does not declare the store.
+    pub fn global_kv_store<K2: Serde, V2: Serde>(
+        &self,
+        store: &GlobalKvStoreRef<K2, V2>,
+    ) -> Result<GlobalKvStore<K2, V2>, ProcessError> {
+        self.env.global_kv_store(store)
     }
 }

@@ -426,3 +426,91 @@ impl<K: Serde, V: Serde> WindowStore<K, V> {
         Ok(out)
     }
 }
+
+/// A global store: a key-value copy of every partition of a topic, held by
+/// every instance (Kafka Streams' global store, behind `GlobalKTable`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GlobalStoreSpec {
+    /// The store's name, unique in the topology.
+    pub name: String,
+    /// The topic it copies (its own changelog: no other topic is written).
+    pub topic: String,
+    /// Key serde name (for describe()).
+    pub key_serde: &'static str,
+    /// Value serde name (for describe()).
+    pub value_serde: &'static str,
+}
+
+impl GlobalStoreSpec {
+    /// The name, in the instance's global `TaskStore`, of the store holding
+    /// partition `partition` (one per partition, each restored and committed
+    /// with its own offset).
+    pub(crate) fn partition_store(&self, partition: i32) -> String {
+        format!("{}-{partition}", self.name)
+    }
+}
+
+/// The open global stores of an instance (or a test driver), by name: one
+/// weir-store key-value store per partition of the topic.
+pub(crate) type GlobalHandles =
+    Arc<Mutex<std::collections::BTreeMap<String, Vec<weir_store::KeyValueStore>>>>;
+
+/// A typed reference to a global store of a topology.
+pub struct GlobalKvStoreRef<K, V> {
+    pub(crate) name: Arc<str>,
+    _types: PhantomData<fn() -> (K, V)>,
+}
+
+impl<K, V> GlobalKvStoreRef<K, V> {
+    pub(crate) fn new(name: &str) -> Self {
+        GlobalKvStoreRef {
+            name: Arc::from(name),
+            _types: PhantomData,
+        }
+    }
+
+    /// The store's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+}
+
+impl<K, V> Clone for GlobalKvStoreRef<K, V> {
+    fn clone(&self) -> Self {
+        GlobalKvStoreRef {
+            name: Arc::clone(&self.name),
+            _types: PhantomData,
+        }
+    }
+}
+
+impl<K, V> std::fmt::Debug for GlobalKvStoreRef<K, V> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "GlobalKvStoreRef({})", self.name)
+    }
+}
+
+/// A global store, read-only, as a processor sees it: the committed copy of
+/// its topic (every partition), kept up to date beside the processing.
+pub struct GlobalKvStore<K, V> {
+    pub(crate) name: Arc<str>,
+    pub(crate) partitions: Vec<weir_store::KeyValueStore>,
+    pub(crate) _types: PhantomData<fn() -> (K, V)>,
+}
+
+impl<K: Serde, V: Serde> GlobalKvStore<K, V> {
+    /// The latest value of `key` in the topic, as far as the copy has read.
+    ///
+    /// # Errors
+    ///
+    /// A store error, or bytes that do not decode as `V`.
+    pub fn get(&self, key: &K) -> Result<Option<V>, ProcessError> {
+        let k = key_bytes(&self.name, key)?;
+        for store in &self.partitions {
+            if let Some(bytes) = store.get_committed(&k)? {
+                return Ok(Some(decode::<V>(&bytes)?));
+            }
+        }
+        Ok(None)
+    }
+}

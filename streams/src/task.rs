@@ -85,6 +85,8 @@ pub(crate) struct TaskCore {
     pub(crate) stream_time: i64,
     pub(crate) wall_clock_ms: i64,
     schedules: Vec<Schedule>,
+    /// The instance's global stores (read-only here).
+    pub(crate) globals: crate::state::GlobalHandles,
 }
 
 /// What a node sees of its task while it runs.
@@ -108,6 +110,29 @@ impl NodeEnv<'_> {
                 "store {name} is not open in task {}",
                 self.core.task_id
             ))
+        })
+    }
+
+    pub(crate) fn global_kv_store<K: Serde, V: Serde>(
+        &self,
+        store: &crate::state::GlobalKvStoreRef<K, V>,
+    ) -> Result<crate::state::GlobalKvStore<K, V>, ProcessError> {
+        let handles = self
+            .core
+            .globals
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let partitions = handles.get(store.name()).cloned().ok_or_else(|| {
+            ProcessError::msg(format!(
+                "global store {} is not open (the topology does not declare it, or it is run \
+                 without its instance's global stores)",
+                store.name()
+            ))
+        })?;
+        Ok(crate::state::GlobalKvStore {
+            name: Arc::clone(&store.name),
+            partitions,
+            _types: PhantomData,
         })
     }
 
@@ -258,6 +283,7 @@ impl StreamTask {
                 stream_time: i64::MIN,
                 wall_clock_ms: 0,
                 schedules: Vec::new(),
+                globals: Arc::clone(&topology.global_handles),
             },
             nodes,
             sources,

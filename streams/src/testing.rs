@@ -62,6 +62,9 @@ pub struct TopologyTestDriver {
     /// Every changelog record committed, per changelog topic.
     changelogs: BTreeMap<String, Vec<OutputRecord>>,
     wall_clock_ms: i64,
+    /// The global stores' own task store, and which topic feeds which store.
+    globals: Option<TaskStore>,
+    global_topics: BTreeMap<String, String>,
     _dir: tempfile::TempDir,
 }
 
@@ -88,6 +91,29 @@ impl TopologyTestDriver {
     /// A store that cannot be created, or a processor whose `init` fails.
     pub fn new(topology: Topology, application_id: &str) -> Result<Self> {
         let dir = tempfile::tempdir().map_err(io("temporary state directory"))?;
+        // Global stores first, as an instance bootstraps them before its
+        // tasks start: one partition, 0, per global topic.
+        let mut global_topics = BTreeMap::new();
+        let globals = if topology.global_stores().next().is_none() {
+            None
+        } else {
+            let path = dir.path().join(application_id).join("global");
+            let store = TaskStore::open(&path, StoreOptions::default())
+                .map_err(|source| StreamsError::store("global", source))?;
+            let mut handles = topology
+                .global_handles
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            for spec in topology.global_stores() {
+                let kv = store
+                    .key_value_store(&spec.partition_store(0))
+                    .map_err(|source| StreamsError::store(spec.name.clone(), source))?;
+                handles.insert(spec.name.clone(), vec![kv]);
+                global_topics.insert(spec.topic.clone(), spec.partition_store(0));
+            }
+            drop(handles);
+            Some(store)
+        };
         let mut tasks = Vec::new();
         let mut readers = BTreeMap::new();
         for sub in 0..topology.subtopology_count() {
@@ -116,6 +142,8 @@ impl TopologyTestDriver {
             outputs: BTreeMap::new(),
             changelogs: BTreeMap::new(),
             wall_clock_ms: 0,
+            globals,
+            global_topics,
             _dir: dir,
         })
     }
@@ -142,6 +170,15 @@ impl TopologyTestDriver {
         timestamp: i64,
     ) -> Result<()> {
         let offset = self.next_offset(topic);
+        if let Some(store_name) = self.global_topics.get(topic).cloned() {
+            return self.apply_global(
+                &store_name,
+                topic,
+                key.serialize(),
+                value.serialize(),
+                offset,
+            );
+        }
         let raw = RawRecord {
             topic: topic.to_owned(),
             partition: 0,
@@ -279,6 +316,31 @@ impl TopologyTestDriver {
                 .push_back(out);
         }
         self.run(queue.into())
+    }
+
+    /// A record of a global store's topic: applied to the store and
+    /// committed with its offset, as the instance's global stores do.
+    fn apply_global(
+        &mut self,
+        store_name: &str,
+        topic: &str,
+        key: Option<Vec<u8>>,
+        value: Option<Vec<u8>>,
+        offset: i64,
+    ) -> Result<()> {
+        let Some(store) = &self.globals else {
+            return Ok(());
+        };
+        let err = |source| StreamsError::store(store_name.to_owned(), source);
+        let kv = store.key_value_store(store_name).map_err(err)?;
+        let key = key.unwrap_or_default();
+        match value {
+            Some(v) => kv.put(&key, &v).map_err(err)?,
+            None => kv.delete(&key).map_err(err)?,
+        }
+        store
+            .commit(&[(ChangelogPartition::new(topic, 0), offset + 1)])
+            .map_err(err)
     }
 
     /// Takes the records written to `topic` so far, decoded.

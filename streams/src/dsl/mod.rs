@@ -37,6 +37,7 @@
 //! stores of an application that will evolve, since adding an operation before
 //! a generated name renumbers it.
 
+mod global;
 mod grouped;
 mod join;
 mod stream;
@@ -49,6 +50,7 @@ use crate::error::Result;
 use crate::serde::Serde;
 use crate::topology::{NodeRef, Topology, TopologyBuilder};
 
+pub use self::global::GlobalKTable;
 pub use self::grouped::{KGroupedStream, SessionWindowedKStream, TimeWindowedKStream};
 pub use self::join::JoinWindows;
 pub use self::stream::{BranchedKStream, KStream};

@@ -18,6 +18,7 @@
 
 mod assignor;
 mod commit;
+mod global;
 mod instance;
 mod query;
 pub use query::QueryableKvStore;
@@ -217,6 +218,8 @@ pub struct KafkaStreams {
     /// tasks over first.
     shutdown: Option<oneshot::Sender<Duration>>,
     instance: JoinHandle<Result<()>>,
+    /// The follower of the global stores, if the topology has any.
+    globals: Option<global::GlobalStores>,
 }
 
 impl std::fmt::Debug for KafkaStreams {
@@ -330,6 +333,21 @@ impl KafkaStreams {
             .with_auto_create(false);
         let admin = Admin::new(cluster.clone());
         let partitions = topics::prepare(&admin, &topology, &config.application_id).await?;
+        // Global stores are restored before the instance joins its group,
+        // so no task processes before they hold their topics (as Kafka
+        // Streams' global thread bootstraps before the stream threads).
+        let counters = Counters::default();
+        let global_boot = global::bootstrap(
+            &restore::RestoreEnv {
+                cluster: &restore_cluster,
+                consumer: &config.consumer,
+                counters: &counters,
+            },
+            &admin,
+            &topology,
+            &config,
+        )
+        .await?;
         let process_id = process_id(&config)?;
         let layout = assignor::layout(&topology, &config.application_id, &partitions);
         let offset_sums = Arc::new(Mutex::new(scan_offset_sums(&config, layout.clone()).await?));
@@ -375,7 +393,7 @@ impl KafkaStreams {
             restore_cluster,
             partitions,
             process_id,
-            counters: Counters::default(),
+            counters,
             tasks: Mutex::new(BTreeMap::new()),
             layout,
             offset_sums,
@@ -394,6 +412,7 @@ impl KafkaStreams {
             guarantee = ?runtime.config.guarantee,
             "starting streams instance"
         );
+        let globals = global_boot.map(|b| global::GlobalStores::follow(Arc::clone(&runtime), b));
         let (state_tx, state) = watch::channel(State::Rebalancing);
         let (shutdown, shutdown_rx) = oneshot::channel();
         let instance = tokio::spawn(instance::run(
@@ -407,6 +426,7 @@ impl KafkaStreams {
             state,
             shutdown: Some(shutdown),
             instance,
+            globals,
         })
     }
 
@@ -483,7 +503,11 @@ impl KafkaStreams {
         if let Some(tx) = self.shutdown.take() {
             let _ = tx.send(timeout / 2);
         }
-        match tokio::time::timeout(timeout, &mut self.instance).await {
+        let outcome = tokio::time::timeout(timeout, &mut self.instance).await;
+        if let Some(globals) = self.globals.take() {
+            globals.stop().await;
+        }
+        match outcome {
             Ok(Ok(result)) => result,
             Ok(Err(join)) => Err(StreamsError::NotRunning(format!(
                 "the instance task failed: {join}"

@@ -27,12 +27,30 @@ pub(crate) struct Prepared {
     pub(crate) fence: Option<TransactionalProducer>,
 }
 
-fn store_err(task: TaskId) -> impl Fn(StoreError) -> StreamsError {
+fn store_err<L: std::fmt::Display>(task: L) -> impl Fn(StoreError) -> StreamsError {
     move |source| StreamsError::store(task.to_string(), source)
 }
 
-async fn blocking<T: Send + 'static>(
-    task: TaskId,
+/// What a restore needs of its instance: the restore connections, the
+/// consumer options and the counters.
+pub(crate) struct RestoreEnv<'a> {
+    pub(crate) cluster: &'a weir_client::Cluster,
+    pub(crate) consumer: &'a weir_client::config::consumer::ConsumerOptions,
+    pub(crate) counters: &'a super::Counters,
+}
+
+impl Runtime {
+    pub(crate) fn restore_env(&self) -> RestoreEnv<'_> {
+        RestoreEnv {
+            cluster: &self.restore_cluster,
+            consumer: &self.config.consumer,
+            counters: &self.counters,
+        }
+    }
+}
+
+async fn blocking<T: Send + 'static, L: std::fmt::Display + Copy + Send + 'static>(
+    task: L,
     f: impl FnOnce() -> std::result::Result<T, StoreError> + Send + 'static,
 ) -> Result<T> {
     tokio::task::spawn_blocking(f)
@@ -166,7 +184,16 @@ pub(crate) async fn catch_up(
         .filter(|s| s.logged)
     {
         let topic = spec.changelog_topic(rt.app());
-        let end = restore_store(rt, task, store, &spec.name, &topic, partition, purpose).await?;
+        let end = restore_store(
+            &rt.restore_env(),
+            task,
+            store,
+            &spec.name,
+            &topic,
+            partition,
+            purpose,
+        )
+        .await?;
         let committed = match store.committed_offset(&ChangelogPartition::new(&topic, partition)) {
             CommittedOffset::Known(o) => o,
             CommittedOffset::Unknown => 0,
@@ -199,16 +226,19 @@ pub(crate) async fn prepare(rt: Arc<Runtime>, task: TaskId) -> Result<Prepared> 
     })
 }
 
-async fn restore_store(
-    rt: &Runtime,
-    task: TaskId,
+/// Restores store `name` of `store` from partition `partition` of `topic`
+/// up to its current end, from the offset the store committed; `task`
+/// labels the logs and errors.
+pub(crate) async fn restore_store<L: std::fmt::Display + Copy + Send + Sync + 'static>(
+    rt: &RestoreEnv<'_>,
+    task: L,
     store: &TaskStore,
     name: &str,
     topic: &str,
     partition: i32,
     purpose: Purpose,
 ) -> Result<i64> {
-    let admin = Admin::new(rt.restore_cluster.clone());
+    let admin = Admin::new(rt.cluster.clone());
     // The end is the high watermark (read_uncommitted, as Kafka's
     // KAFKA-10167): markers sit below it, so "done" is position >= end.
     let end = admin
@@ -226,9 +256,9 @@ async fn restore_store(
         tracing::debug!(task = %task, store = name, offset = o, end, "store is up to date");
         return Ok(end);
     }
-    let mut options = rt.config.consumer.clone();
+    let mut options = rt.consumer.clone();
     options.isolation_level = IsolationLevel::ReadCommitted;
-    let mut consumer = Consumer::with_cluster(rt.restore_cluster.clone(), options);
+    let mut consumer = Consumer::with_cluster(rt.cluster.clone(), options);
     let tp = TopicPartition::new(topic, partition);
     consumer.assign([tp.clone()]);
     let seek = match start {

@@ -41,7 +41,10 @@ use crate::error::{Result, StreamsError};
 use crate::processor::Processor;
 use crate::record::Record;
 use crate::serde::Serde;
-use crate::state::{KvStoreRef, StoreName, StoreSpec, StoreType, WindowStoreRef};
+use crate::state::{
+    GlobalHandles, GlobalKvStoreRef, GlobalStoreSpec, KvStoreRef, StoreName, StoreSpec, StoreType,
+    WindowStoreRef,
+};
 use crate::task::{Erased, ErasedNode, SourceDecoder};
 
 use self::nodes::{ProcessorNode, SinkNode, SourceNode};
@@ -127,6 +130,7 @@ pub struct TopologyBuilder {
     nodes: Vec<NodeDef>,
     stores: BTreeMap<String, StoreSpec>,
     repartitions: BTreeMap<String, Option<i32>>,
+    globals: BTreeMap<String, GlobalStoreSpec>,
     errors: Vec<String>,
 }
 
@@ -384,7 +388,7 @@ impl TopologyBuilder {
                 spec.name
             ));
         }
-        if self.stores.contains_key(&spec.name) {
+        if self.stores.contains_key(&spec.name) || self.globals.contains_key(&spec.name) {
             self.errors
                 .push(format!("two stores are named {}", spec.name));
         }
@@ -422,6 +426,45 @@ impl TopologyBuilder {
             value_serde: V::NAME,
         });
         WindowStoreRef::new(name)
+    }
+
+    /// A global store named `name`: every instance keeps a read-only copy
+    /// of every partition of `topic` (keys as `K`, values as `V`, a null
+    /// value deleting), restored before any task processes and kept up to
+    /// date beside the processing. Processors read it with
+    /// [`ProcessorContext::global_kv_store`](crate::processor::ProcessorContext::global_kv_store);
+    /// it need not be co-partitioned with anything. The topic is its own
+    /// changelog; no topology source may read it.
+    ///
+    /// ```
+    /// # use weir_streams::TopologyBuilder;
+    /// let mut b = TopologyBuilder::new();
+    /// let rates = b.global_store::<String, f64>("rates", "exchange-rates");
+    /// # let _ = rates;
+    /// ```
+    pub fn global_store<K: Serde, V: Serde>(
+        &mut self,
+        name: &str,
+        topic: &str,
+    ) -> GlobalKvStoreRef<K, V> {
+        if !valid_name(name) {
+            self.errors.push(format!(
+                "store name {name:?} must be 1 to 200 of [a-zA-Z0-9._-]"
+            ));
+        }
+        if self.stores.contains_key(name) || self.globals.contains_key(name) {
+            self.errors.push(format!("two stores are named {name}"));
+        }
+        self.globals.insert(
+            name.to_owned(),
+            GlobalStoreSpec {
+                name: name.to_owned(),
+                topic: topic.to_owned(),
+                key_serde: K::NAME,
+                value_serde: V::NAME,
+            },
+        );
+        GlobalKvStoreRef::new(name)
     }
 
     /// Turns off the changelog of store `name`: its contents then live only
@@ -493,6 +536,15 @@ impl TopologyBuilder {
         if read_by.is_empty() {
             errors.push("the topology has no source".to_owned());
         }
+        for global in self.globals.values() {
+            let topic = TopicRef::External(global.topic.clone());
+            if let Some(source) = read_by.get(&topic) {
+                errors.push(format!(
+                    "topic {} is read by global store {} and by source {source}",
+                    global.topic, global.name
+                ));
+            }
+        }
         for name in self.stores.keys() {
             if !self.nodes.iter().any(|n| n.stores.contains(name)) {
                 errors.push(format!("store {name} is used by no processor"));
@@ -507,6 +559,8 @@ impl TopologyBuilder {
             stores: self.stores,
             repartitions: self.repartitions,
             subtopologies,
+            globals: self.globals,
+            global_handles: GlobalHandles::default(),
         })
     }
 }
@@ -603,6 +657,9 @@ pub struct Topology {
     pub(crate) stores: BTreeMap<String, StoreSpec>,
     repartitions: BTreeMap<String, Option<i32>>,
     pub(crate) subtopologies: Vec<Subtopology>,
+    pub(crate) globals: BTreeMap<String, GlobalStoreSpec>,
+    /// The global stores once an instance or a driver opened them.
+    pub(crate) global_handles: GlobalHandles,
 }
 
 impl std::fmt::Debug for Topology {
@@ -689,6 +746,11 @@ impl Topology {
             .iter()
             .find(|s| s.sources.iter().any(|t| t.resolve(application_id) == topic))
             .map(|s| s.id)
+    }
+
+    /// The global stores: each a copy of a whole topic on every instance.
+    pub fn global_stores(&self) -> impl Iterator<Item = &GlobalStoreSpec> {
+        self.globals.values()
     }
 
     /// The partition count of every subtopology, from the partition counts of
@@ -879,6 +941,13 @@ impl Topology {
                 }
             }
             s.push('\n');
+        }
+        for g in self.globals.values() {
+            let _ = writeln!(
+                s,
+                "   Global store: {} (topic: {}, key: {}, value: {})",
+                g.name, g.topic, g.key_serde, g.value_serde
+            );
         }
         s
     }
