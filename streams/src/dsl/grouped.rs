@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::dsl::Materialized;
+use crate::dsl::sliding::{SlidingWindowedKStream, SlidingWindows};
 use crate::dsl::stream::KStream;
 use crate::dsl::table::KTable;
 use crate::dsl::window::{
@@ -18,7 +19,7 @@ use crate::state::{KvStoreRef, WindowStoreRef};
 
 /// How an aggregation folds one value into the aggregate so far (`None`
 /// before the key's first record).
-type Update<K, V, A> = Arc<dyn Fn(&K, V, Option<A>) -> A + Send + Sync>;
+pub(crate) type Update<K, V, A> = Arc<dyn Fn(&K, V, Option<A>) -> A + Send + Sync>;
 /// How two session aggregates combine when a record joins their sessions.
 type Merge<K, A> = Arc<dyn Fn(&K, A, A) -> A + Send + Sync>;
 
@@ -52,13 +53,17 @@ impl<K, V> std::fmt::Debug for KGroupedStream<K, V> {
 
 /// The parts every aggregation shares: its input (repartitioned if the key
 /// changed), and its processor's and store's names.
-struct Prepared<K, V> {
-    input: KStream<K, V>,
-    processor: String,
-    store: String,
+pub(crate) struct Prepared<K, V> {
+    pub(crate) input: KStream<K, V>,
+    pub(crate) processor: String,
+    pub(crate) store: String,
 }
 
-fn prepare<K, V>(stream: &KStream<K, V>, materialized: &Materialized, kind: &str) -> Prepared<K, V>
+pub(crate) fn prepare<K, V>(
+    stream: &KStream<K, V>,
+    materialized: &Materialized,
+    kind: &str,
+) -> Prepared<K, V>
 where
     K: Serde + Clone,
     V: Serde + Clone,
@@ -215,6 +220,26 @@ where
         }
     }
 
+    /// Aggregates per key in sliding windows (see [`SlidingWindows`]).
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// # use weir_streams::dsl::{SlidingWindows, StreamsBuilder};
+    /// let builder = StreamsBuilder::new();
+    /// builder.stream::<String, String>("logins").group_by_key()
+    ///     .windowed_by_sliding(SlidingWindows::of_time_difference_with_no_grace(Duration::from_secs(60)))
+    ///     .count()
+    ///     .to_stream().to("logins-in-any-minute");
+    /// # builder.build().unwrap();
+    /// ```
+    pub fn windowed_by_sliding(&self, windows: SlidingWindows) -> SlidingWindowedKStream<K, V> {
+        SlidingWindowedKStream {
+            stream: self.stream.clone(),
+            windows,
+            materialized: self.materialized.clone(),
+        }
+    }
+
     /// Aggregates per key and session. A session's store keeps it until its
     /// end is the gap plus grace behind stream time (longer with
     /// [`Materialized::with_retention`]): a late record that would reach
@@ -290,7 +315,7 @@ impl<K, V> std::fmt::Debug for TimeWindowedKStream<K, V> {
     }
 }
 
-fn retention(materialized: &Materialized, needed_ms: i64) -> Duration {
+pub(crate) fn retention(materialized: &Materialized, needed_ms: i64) -> Duration {
     let needed = Duration::from_millis(u64::try_from(needed_ms.max(1)).unwrap_or(u64::MAX));
     materialized.retention.map_or(needed, |r| r.max(needed))
 }

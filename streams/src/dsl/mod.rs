@@ -40,6 +40,7 @@
 mod global;
 mod grouped;
 mod join;
+mod sliding;
 mod stream;
 mod table;
 mod window;
@@ -53,6 +54,7 @@ use crate::topology::{NodeRef, Topology, TopologyBuilder};
 pub use self::global::GlobalKTable;
 pub use self::grouped::{KGroupedStream, SessionWindowedKStream, TimeWindowedKStream};
 pub use self::join::JoinWindows;
+pub use self::sliding::{SlidingWindowedKStream, SlidingWindows};
 pub use self::stream::{BranchedKStream, KStream};
 pub use self::table::KTable;
 pub use self::window::{
