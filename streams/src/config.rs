@@ -116,6 +116,11 @@ pub struct StreamsConfig {
     pub state_dir: PathBuf,
     /// `num.standby.replicas`.
     pub standby_replicas: u32,
+    /// `cache.max.bytes.buffering` (default 10 MiB, Kafka's): how many
+    /// bytes a DSL table with caching on (`Materialized::with_caching`) holds
+    /// back before it forwards early; it forwards the latest value per key at
+    /// every commit.
+    pub cache_max_bytes: u64,
     /// `acceptable.recovery.lag` (default 10,000): how far behind its
     /// changelog an instance's copy of a task may be and still count as
     /// caught up for it: a stateful task moves only to an instance caught up
@@ -209,6 +214,7 @@ pub const KEYS: &[&str] = &[
     "state.dir",
     "num.standby.replicas",
     "acceptable.recovery.lag",
+    "cache.max.bytes.buffering",
     "max.warmup.replicas",
     "probing.rebalance.interval.ms",
     "application.server",
@@ -248,6 +254,7 @@ impl StreamsConfig {
             state_dir: std::env::temp_dir().join("weir-streams"),
             standby_replicas: 0,
             acceptable_recovery_lag: 10_000,
+            cache_max_bytes: crate::topology::DEFAULT_CACHE_MAX_BYTES,
             max_warmup_replicas: 2,
             probing_rebalance_interval: Duration::from_secs(600),
             application_server: None,
@@ -338,6 +345,10 @@ impl StreamsConfig {
             "num.standby.replicas" => {
                 self.standby_replicas =
                     parse_number(key, value, 0u32, 16).map_err(|e| from_client(key, e))?
+            }
+            "cache.max.bytes.buffering" => {
+                self.cache_max_bytes =
+                    parse_number(key, value, 0u64, u64::MAX).map_err(|e| from_client(key, e))?
             }
             "acceptable.recovery.lag" => {
                 self.acceptable_recovery_lag =

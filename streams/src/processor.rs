@@ -84,6 +84,20 @@ pub trait Processor<KIn, VIn>: Send + 'static {
         Ok(())
     }
 
+    /// Called before every commit of the task: forward here what the
+    /// processor held back (a record cache's latest values). What it
+    /// forwards belongs to the commit about to happen.
+    ///
+    /// # Errors
+    ///
+    /// As [`process`](Self::process).
+    fn flush(
+        &mut self,
+        _ctx: &mut ProcessorContext<'_, Self::KOut, Self::VOut>,
+    ) -> Result<(), ProcessError> {
+        Ok(())
+    }
+
     /// Called when the task closes (cleanly or not).
     fn close(&mut self) {}
 }
@@ -124,6 +138,12 @@ impl InitContext<'_> {
     /// The task this processor runs in.
     pub fn task_id(&self) -> TaskId {
         self.env.core.task_id
+    }
+
+    /// `cache.max.bytes.buffering`: how many bytes a caching processor may
+    /// hold back before it forwards early.
+    pub fn cache_max_bytes(&self) -> u64 {
+        self.env.core.cache_max_bytes
     }
 
     /// The key-value store `store`, which the processor must have declared.
@@ -167,6 +187,12 @@ impl<K, V> ProcessorContext<'_, K, V> {
     /// The task this processor runs in.
     pub fn task_id(&self) -> TaskId {
         self.env.core.task_id
+    }
+
+    /// `cache.max.bytes.buffering`: how many bytes a caching processor may
+    /// hold back before it forwards early.
+    pub fn cache_max_bytes(&self) -> u64 {
+        self.env.core.cache_max_bytes
     }
 
     /// Topic, partition and offset of the input record being processed;

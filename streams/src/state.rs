@@ -58,12 +58,21 @@ pub struct StoreSpec {
     pub key_serde: &'static str,
     /// Value serde name (for describe()).
     pub value_serde: &'static str,
+    /// The input topic this store is a copy of, which then serves as its
+    /// changelog (Kafka Streams' source-table optimisation): nothing is
+    /// written for the store, it restores from the topic, and its offsets
+    /// are the task's input offsets.
+    pub source_topic: Option<String>,
 }
 
 impl StoreSpec {
-    /// The changelog topic of this store in application `application_id`.
+    /// The changelog topic of this store in application `application_id`:
+    /// `<application.id>-<name>-changelog`, or its source topic.
     pub fn changelog_topic(&self, application_id: &str) -> String {
-        format!("{application_id}-{}-changelog", self.name)
+        match &self.source_topic {
+            Some(topic) => topic.clone(),
+            None => format!("{application_id}-{}-changelog", self.name),
+        }
     }
 }
 

@@ -43,6 +43,10 @@ pub(crate) trait ErasedNode: Send {
         timestamp: i64,
         out: &mut Vec<Erased>,
     ) -> Result<(), ProcessError>;
+    /// Before a commit: what the node held back (processors only).
+    fn flush(&mut self, _env: NodeEnv<'_>, _out: &mut Vec<Erased>) -> Result<(), ProcessError> {
+        Ok(())
+    }
     /// A copy of an output record, for fan-out to several children.
     fn clone_output(&self, record: &Erased) -> Option<Erased>;
     fn close(&mut self);
@@ -87,6 +91,8 @@ pub(crate) struct TaskCore {
     schedules: Vec<Schedule>,
     /// The instance's global stores (read-only here).
     pub(crate) globals: crate::state::GlobalHandles,
+    /// `cache.max.bytes.buffering`.
+    pub(crate) cache_max_bytes: u64,
 }
 
 /// What a node sees of its task while it runs.
@@ -284,6 +290,9 @@ impl StreamTask {
                 wall_clock_ms: 0,
                 schedules: Vec::new(),
                 globals: Arc::clone(&topology.global_handles),
+                cache_max_bytes: topology
+                    .cache_max_bytes
+                    .load(std::sync::atomic::Ordering::Relaxed),
             },
             nodes,
             sources,
@@ -462,6 +471,25 @@ impl StreamTask {
         Ok(())
     }
 
+    /// Lets every processor forward what it held back, in topology order
+    /// (a node's flushed records reach its children before they flush).
+    /// Called before each commit.
+    ///
+    /// # Errors
+    ///
+    /// A processor's error.
+    pub fn flush(&mut self) -> Result<(), StreamsError> {
+        let indices: Vec<usize> = (0..self.nodes.len())
+            .filter(|&i| self.nodes.get(i).is_some_and(Option::is_some))
+            .collect();
+        for index in indices {
+            let mut out = Vec::new();
+            self.with_node(index, |node, env| node.flush(env, &mut out))?;
+            self.forward(index, out)?;
+        }
+        Ok(())
+    }
+
     /// Takes the sink and repartition records written since the last call.
     pub fn take_outputs(&mut self) -> Vec<OutputRecord> {
         std::mem::take(&mut self.core.outputs)
@@ -537,7 +565,8 @@ fn open_store(
                 .map_err(err)?,
         ),
     };
-    let changelog = spec.logged.then(|| ChangelogTarget {
+    // A source table's store writes no changelog: its input topic is one.
+    let changelog = (spec.logged && spec.source_topic.is_none()).then(|| ChangelogTarget {
         topic: spec.changelog_topic(application_id),
         partition,
         queue: Arc::clone(queue),

@@ -204,6 +204,14 @@ impl TopologyTestDriver {
                 };
                 self.tasks[t].task.process(&raw)?;
                 self.collect(t, &mut queue, &mut outputs);
+                if queue.is_empty() {
+                    // Before the commit: what processors held back (record
+                    // caches), which may feed repartition topics again.
+                    for t in 0..self.tasks.len() {
+                        self.tasks[t].task.flush()?;
+                        self.collect(t, &mut queue, &mut outputs);
+                    }
+                }
             }
             Ok(())
         })();

@@ -230,3 +230,41 @@ fn a_serde_mismatch_is_an_error() {
         42
     );
 }
+
+/// With caching on, a table forwards only the latest value per key at each
+/// commit (the driver commits after each piped record); without it, every
+/// update.
+#[test]
+fn a_cached_table_forwards_the_latest_value_per_key_at_commit() {
+    let counts = |caching: bool| {
+        let builder = StreamsBuilder::new();
+        let m = Materialized::as_("counts");
+        let m = if caching { m.with_caching() } else { m };
+        builder
+            .stream::<(), String>("lines")
+            .flat_map_values(|l: String| l.split(' ').map(str::to_owned).collect::<Vec<_>>())
+            .select_key(|_, w| w.clone())
+            .group_by_key()
+            .materialized(m)
+            .count()
+            .to_stream()
+            .to("out");
+        let mut driver = TopologyTestDriver::new(builder.build().unwrap(), "app").unwrap();
+        driver
+            .pipe("lines", &(), &"a b a a".to_string(), 0)
+            .unwrap();
+        driver.pipe("lines", &(), &"b".to_string(), 1).unwrap();
+        driver
+            .read_output::<String, i64>("out")
+            .unwrap()
+            .into_iter()
+            .map(|r| (r.key, r.value))
+            .collect::<Vec<_>>()
+    };
+    let s = |k: &str, n: i64| (k.to_owned(), n);
+    assert_eq!(
+        counts(false),
+        vec![s("a", 1), s("b", 1), s("a", 2), s("a", 3), s("b", 2)]
+    );
+    assert_eq!(counts(true), vec![s("a", 3), s("b", 1), s("b", 2)]);
+}

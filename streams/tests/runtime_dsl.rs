@@ -391,3 +391,146 @@ async fn a_topic_chooser_routes_each_record_on_the_runtime() {
     assert_eq!((short.len() + long.len()) as u64, total);
     a.close(Duration::from_secs(30)).await.unwrap();
 }
+
+/// With caching on, the runtime forwards each count's latest value at the
+/// commit: exact final counts, fewer output records than input words.
+#[tokio::test(start_paused = true)]
+async fn a_cached_count_forwards_its_latest_values_at_each_commit() {
+    let kit = testkit(1, 2).await;
+    let (input, expected) = lines(300, 9);
+    produce_lines(&kit, &input).await;
+    let builder = StreamsBuilder::new();
+    builder
+        .stream::<(), String>(INPUT)
+        .flat_map_values(|l: String| l.split_whitespace().map(str::to_owned).collect::<Vec<_>>())
+        .select_key(|_, w| w.clone())
+        .group_by_key()
+        .materialized(Materialized::as_("counts").with_caching())
+        .count()
+        .to_stream()
+        .map_values(|n| n.unwrap_or_default().to_string())
+        .to(OUTPUT);
+    let dir = tempfile::tempdir().unwrap();
+    let a = start(
+        builder.build().unwrap(),
+        streams_config(&kit, "cached", "a", dir.path(), &EOS),
+    )
+    .await;
+    eventually("the final counts", Duration::from_secs(120), || async {
+        last_counts(&read_committed(&kit, OUTPUT).await) == expected
+    })
+    .await;
+    let words: u64 = expected.values().sum();
+    let outputs = read_committed(&kit, OUTPUT).await.len() as u64;
+    assert!(
+        outputs < words,
+        "{outputs} outputs for {words} words: the cache held nothing back"
+    );
+    a.close(Duration::from_secs(30)).await.unwrap();
+}
+
+/// The source-table optimisation: a table's input topic is its store's
+/// changelog. No `-changelog` topic is made or written, and an instance that
+/// takes the task over with no state restores the table from the input
+/// topic itself, then joins right.
+#[tokio::test(start_paused = true)]
+async fn a_source_table_restores_from_its_own_topic_and_has_no_changelog() {
+    let kit = testkit(1, 2).await;
+    let (orders, customers) = ("orders", "customers");
+    for t in [orders, customers] {
+        kit.create_topic(t, 2, std::iter::empty::<(String, String)>())
+            .await
+            .unwrap();
+    }
+    let producer =
+        Producer::with_cluster(client(&kit, "feeder").await, Default::default()).unwrap();
+    let mut acks = Vec::new();
+    for c in 0..20 {
+        let record = ProducerRecord::new(customers)
+            .with_key(format!("c{c}"))
+            .with_value(format!("name-{c}"))
+            .with_timestamp(1_000 + c);
+        acks.push(producer.enqueue(record).await.unwrap());
+    }
+    for a in acks.drain(..) {
+        a.await.unwrap();
+    }
+    let topology = || {
+        let builder = StreamsBuilder::new();
+        let names = builder.table::<String, String>(customers, Materialized::as_("names"));
+        builder
+            .stream::<String, String>(orders)
+            .left_join(&names, |o, n| {
+                format!("{o}:{}", n.map_or("?", String::as_str))
+            })
+            .to(OUTPUT);
+        builder.build().unwrap()
+    };
+    let order = |o: usize| {
+        ProducerRecord::new(orders)
+            .with_key(format!("c{}", o % 20))
+            .with_value(format!("o{o}"))
+            .with_timestamp(5_000 + o as i64)
+    };
+    let dirs: Vec<_> = (0..2).map(|_| tempfile::tempdir().unwrap()).collect();
+    let a = start(
+        topology(),
+        streams_config(&kit, "src-table", "a", dirs[0].path(), &EOS),
+    )
+    .await;
+    for o in 0..50 {
+        acks.push(producer.enqueue(order(o)).await.unwrap());
+    }
+    producer.flush().await;
+    for a in acks.drain(..) {
+        a.await.unwrap();
+    }
+    eventually(
+        "the first orders joined",
+        Duration::from_secs(120),
+        || async { read_committed(&kit, OUTPUT).await.len() >= 50 },
+    )
+    .await;
+    let admin = weir_client::admin::Admin::new(client(&kit, "admin").await);
+    let topics: Vec<String> = admin
+        .list_topics()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|t| t.name)
+        .collect();
+    assert!(
+        !topics.iter().any(|t| t.ends_with("-changelog")),
+        "no changelog topic for a source table: {topics:?}"
+    );
+    crash(&kit, 1, "a", a).await;
+    let b = start(
+        topology(),
+        streams_config(&kit, "src-table", "b", dirs[1].path(), &EOS),
+    )
+    .await;
+    for o in 50..100 {
+        acks.push(producer.enqueue(order(o)).await.unwrap());
+    }
+    producer.flush().await;
+    for a in acks.drain(..) {
+        a.await.unwrap();
+    }
+    eventually("every order joined", Duration::from_secs(120), || async {
+        read_committed(&kit, OUTPUT).await.len() >= 100
+    })
+    .await;
+    let out = read_committed(&kit, OUTPUT).await;
+    assert_eq!(out.len(), 100, "each order once");
+    let unknown: Vec<_> = out.iter().filter(|(_, _, v)| v.ends_with(":?")).collect();
+    assert!(
+        unknown.is_empty(),
+        "joined without the restored table: {unknown:?}"
+    );
+    assert!(
+        b.metrics().restored_records >= 20,
+        "b restored the table from its topic: {:?}",
+        b.metrics()
+    );
+    b.close(Duration::from_secs(30)).await.unwrap();
+}

@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::dsl::Materialized;
+use crate::dsl::cache::RecordCache;
 use crate::dsl::sliding::{SlidingWindowedKStream, SlidingWindows};
 use crate::dsl::stream::KStream;
 use crate::dsl::table::KTable;
@@ -116,6 +117,7 @@ where
     {
         let p = prepare(&self.stream, &self.materialized, kind);
         let shared = p.input.shared.clone();
+        let caching = self.materialized.caching;
         let node = shared.with(|inner| {
             let store = inner.builder.kv_store::<K, A>(&p.store);
             self.materialized.apply(&mut inner.builder, &p.store);
@@ -126,6 +128,7 @@ where
                 move || Aggregate {
                     store: s.clone(),
                     update: Arc::clone(&update),
+                    cache: caching.then(RecordCache::default),
                 },
                 &[&store],
             )
@@ -269,6 +272,8 @@ where
 struct Aggregate<K, V, A> {
     store: KvStoreRef<K, A>,
     update: Update<K, V, A>,
+    /// With caching on: the updates held back until the commit.
+    cache: Option<RecordCache<K, A>>,
 }
 
 impl<K, V, A> Processor<K, V> for Aggregate<K, V, A>
@@ -289,12 +294,23 @@ where
         let old = store.get(&record.key)?;
         let new = (self.update)(&record.key, record.value, old);
         store.put(&record.key, &new, record.timestamp)?;
-        ctx.forward(Record {
+        let update = Record {
             key: record.key,
             value: Some(new),
             timestamp: record.timestamp,
             headers: record.headers,
-        });
+        };
+        match &mut self.cache {
+            Some(cache) => cache.put(ctx, update),
+            None => ctx.forward(update),
+        }
+        Ok(())
+    }
+
+    fn flush(&mut self, ctx: &mut ProcessorContext<'_, K, Option<A>>) -> Result<(), ProcessError> {
+        if let Some(cache) = &mut self.cache {
+            cache.flush(ctx);
+        }
         Ok(())
     }
 }

@@ -37,6 +37,7 @@
 //! stores of an application that will evolve, since adding an operation before
 //! a generated name renumbers it.
 
+mod cache;
 mod global;
 mod grouped;
 mod join;
@@ -173,7 +174,9 @@ impl StreamsBuilder {
 
     /// A table of the latest value per key of `topic` (a null value deletes
     /// the key), materialized in a key-value store named by `materialized` or
-    /// generated.
+    /// generated. The topic is the store's changelog (Kafka Streams'
+    /// source-table optimisation): no `-changelog` topic is made, and the
+    /// store restores from the topic itself.
     ///
     /// ```
     /// # use weir_streams::dsl::{Materialized, StreamsBuilder};
@@ -191,12 +194,19 @@ impl StreamsBuilder {
             let name = inner.name("KTABLE-SOURCE");
             inner.builder.source::<K, Option<V>>(&name, &[topic])
         });
-        KTable::materialize_from(
+        let table = KTable::materialize_from(
             &self.shared,
             source,
             materialized,
             "KTABLE-SOURCE-STATE-STORE",
-        )
+        );
+        // The source-table optimisation: the topic is the store's changelog.
+        if let Some(store) = &table.store {
+            let name = store.name().to_owned();
+            self.shared
+                .with(|inner| inner.builder.source_changelog(&name, topic));
+        }
+        table
     }
 
     /// Declares a key-value store for a custom processor of
@@ -260,6 +270,7 @@ pub struct Materialized {
     pub(crate) in_memory: bool,
     pub(crate) unlogged: bool,
     pub(crate) retention: Option<std::time::Duration>,
+    pub(crate) caching: bool,
 }
 
 impl Materialized {
@@ -282,6 +293,26 @@ impl Materialized {
     /// [`TopologyBuilder::disable_logging`]).
     pub fn without_logging(mut self) -> Self {
         self.unlogged = true;
+        self
+    }
+
+    /// Turns the record cache on for this table (Kafka Streams'
+    /// `withCachingEnabled`): its updates are held back and only the latest
+    /// per key goes downstream, at each commit or when the cache holds more
+    /// than `cache.max.bytes.buffering`. Off by default here (on in Kafka
+    /// Streams), so every update is seen downstream unless asked.
+    ///
+    /// ```
+    /// # use weir_streams::dsl::{Materialized, StreamsBuilder};
+    /// let builder = StreamsBuilder::new();
+    /// builder.stream::<String, String>("clicks").group_by_key()
+    ///     .materialized(Materialized::as_("clicks-per-user").with_caching())
+    ///     .count()
+    ///     .to_stream().to("click-counts"); // the latest count per user per commit
+    /// # builder.build().unwrap();
+    /// ```
+    pub fn with_caching(mut self) -> Self {
+        self.caching = true;
         self
     }
 

@@ -3,6 +3,7 @@
 
 use std::sync::Arc;
 
+use crate::dsl::cache::RecordCache;
 use crate::dsl::stream::{KStream, Step, StepProcessor};
 use crate::dsl::window::{Prefixed, RawKey, WindowedKey, ordered_time};
 use crate::dsl::{Materialized, Shared};
@@ -63,9 +64,11 @@ impl<K, V> std::fmt::Debug for KTable<K, V> {
     }
 }
 
-/// Writes each table update to a store and passes it on.
+/// Writes each table update to a store and passes it on (held back until
+/// the commit, with caching on).
 struct Materialize<K, V> {
     store: KvStoreRef<K, V>,
+    cache: Option<RecordCache<K, V>>,
 }
 
 impl<K, V> Processor<K, Option<V>> for Materialize<K, V>
@@ -86,7 +89,17 @@ where
             Some(v) => store.put(&record.key, v, record.timestamp)?,
             None => store.delete(&record.key, record.timestamp)?,
         }
-        ctx.forward(record);
+        match &mut self.cache {
+            Some(cache) => cache.put(ctx, record),
+            None => ctx.forward(record),
+        }
+        Ok(())
+    }
+
+    fn flush(&mut self, ctx: &mut ProcessorContext<'_, K, Option<V>>) -> Result<(), ProcessError> {
+        if let Some(cache) = &mut self.cache {
+            cache.flush(ctx);
+        }
         Ok(())
     }
 }
@@ -227,6 +240,7 @@ where
     ) -> (Self, KvStoreRef<K, V>) {
         let store_name = shared.name_or(materialized.name.clone(), store_prefix);
         let processor = shared.with(|inner| inner.name("KTABLE-MATERIALIZE"));
+        let caching = materialized.caching;
         let (node, store) = shared.with(|inner| {
             let store = inner.builder.kv_store::<K, V>(&store_name);
             materialized.apply(&mut inner.builder, &store_name);
@@ -234,7 +248,10 @@ where
             let node = inner.builder.processor(
                 &processor,
                 &[&source],
-                move || Materialize { store: s.clone() },
+                move || Materialize {
+                    store: s.clone(),
+                    cache: caching.then(RecordCache::default),
+                },
                 &[&store],
             );
             (node, store)

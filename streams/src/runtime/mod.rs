@@ -332,6 +332,9 @@ impl KafkaStreams {
             .map_err(|e| StreamsError::client("connecting the restore consumer", e))?
             .with_auto_create(false);
         let admin = Admin::new(cluster.clone());
+        topology
+            .cache_max_bytes
+            .store(config.cache_max_bytes, Ordering::Relaxed);
         let partitions = topics::prepare(&admin, &topology, &config.application_id).await?;
         // Global stores are restored before the instance joins its group,
         // so no task processes before they hold their topics (as Kafka

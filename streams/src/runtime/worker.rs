@@ -593,6 +593,20 @@ impl Worker {
             );
             return Ok(());
         }
+        // Held-back records (the DSL's record caches) go out with this
+        // commit.
+        let mut flushed = Vec::new();
+        for (id, active) in &mut self.tasks {
+            if active.dirty {
+                active.task.flush()?;
+                flushed.push((
+                    *id,
+                    active.task.take_outputs(),
+                    active.task.take_changelog(),
+                ));
+            }
+        }
+        self.send(flushed).await?;
         let rt = Arc::clone(&self.rt);
         let result = match self.producers.as_ref() {
             Some(Producers::AtLeastOnce(p)) => {

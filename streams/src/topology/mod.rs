@@ -78,6 +78,9 @@ impl std::fmt::Display for TopicRef {
     }
 }
 
+/// `cache.max.bytes.buffering` by default: Kafka Streams' 10 MiB.
+pub(crate) const DEFAULT_CACHE_MAX_BYTES: u64 = 10 * 1024 * 1024;
+
 pub(crate) type NodeFactory = Arc<dyn Fn(&str) -> Box<dyn ErasedNode> + Send + Sync>;
 
 pub(crate) enum NodeKind {
@@ -404,6 +407,7 @@ impl TopologyBuilder {
             in_memory: false,
             key_serde: K::NAME,
             value_serde: V::NAME,
+            source_topic: None,
         });
         KvStoreRef::new(name)
     }
@@ -424,6 +428,7 @@ impl TopologyBuilder {
             in_memory: false,
             key_serde: K::NAME,
             value_serde: V::NAME,
+            source_topic: None,
         });
         WindowStoreRef::new(name)
     }
@@ -465,6 +470,35 @@ impl TopologyBuilder {
             },
         );
         GlobalKvStoreRef::new(name)
+    }
+
+    /// Makes key-value store `name` a copy of input topic `topic`, which
+    /// then serves as its changelog (Kafka Streams' source-table
+    /// optimisation): no changelog topic is created or written, the store
+    /// restores from `topic`, and its committed offsets are the task's input
+    /// offsets of `topic`. The processor writing it must write each record
+    /// of `topic` as it is (a table's materialization), and the task must
+    /// read `topic`.
+    ///
+    /// ```
+    /// # use weir_streams::TopologyBuilder;
+    /// let mut b = TopologyBuilder::new();
+    /// let users = b.kv_store::<String, String>("users");
+    /// b.source_changelog("users", "users-topic");
+    /// # let _ = users;
+    /// ```
+    pub fn source_changelog(&mut self, name: &str, topic: &str) {
+        match self.stores.get_mut(name) {
+            Some(spec) if matches!(spec.kind, StoreType::KeyValue) => {
+                spec.source_topic = Some(topic.to_owned());
+            }
+            Some(_) => self.errors.push(format!(
+                "source_changelog: store {name} is not a key-value store"
+            )),
+            None => self
+                .errors
+                .push(format!("source_changelog: unknown store {name}")),
+        }
     }
 
     /// Turns off the changelog of store `name`: its contents then live only
@@ -550,6 +584,16 @@ impl TopologyBuilder {
                 errors.push(format!("store {name} is used by no processor"));
             }
         }
+        for spec in self.stores.values() {
+            if let Some(topic) = &spec.source_topic
+                && !read_by.contains_key(&TopicRef::External(topic.clone()))
+            {
+                errors.push(format!(
+                    "store {} uses topic {topic} as its changelog, but no source reads it",
+                    spec.name
+                ));
+            }
+        }
         if !errors.is_empty() {
             return Err(StreamsError::InvalidTopology(errors.join("; ")));
         }
@@ -561,6 +605,7 @@ impl TopologyBuilder {
             subtopologies,
             globals: self.globals,
             global_handles: GlobalHandles::default(),
+            cache_max_bytes: Arc::new(std::sync::atomic::AtomicU64::new(DEFAULT_CACHE_MAX_BYTES)),
         })
     }
 }
@@ -660,6 +705,8 @@ pub struct Topology {
     pub(crate) globals: BTreeMap<String, GlobalStoreSpec>,
     /// The global stores once an instance or a driver opened them.
     pub(crate) global_handles: GlobalHandles,
+    /// `cache.max.bytes.buffering`, set by the instance that runs it.
+    pub(crate) cache_max_bytes: Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl std::fmt::Debug for Topology {
@@ -854,7 +901,8 @@ impl Topology {
                 }
             }
             for store in sub.stores.iter().filter_map(|s| self.stores.get(s)) {
-                if !store.logged {
+                // A source table's changelog is its input topic: nothing to create.
+                if !store.logged || store.source_topic.is_some() {
                     continue;
                 }
                 let configs = match &store.kind {

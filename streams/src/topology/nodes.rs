@@ -90,6 +90,17 @@ where
         Ok(())
     }
 
+    fn flush(&mut self, env: NodeEnv<'_>, out: &mut Vec<Erased>) -> Result<(), ProcessError> {
+        let mut forwarded = Vec::new();
+        let mut ctx = ProcessorContext {
+            env,
+            forwarded: &mut forwarded,
+        };
+        self.processor.flush(&mut ctx)?;
+        box_all(forwarded, out);
+        Ok(())
+    }
+
     fn clone_output(&self, record: &Erased) -> Option<Erased> {
         clone_record::<P::KOut, P::VOut>(record)
     }
