@@ -3,7 +3,10 @@
 //! `TopologyTestDriver` (no broker).
 //!
 //! `cargo run --release -p weir-benches --bin dsl_overhead -- [RECORDS] [ROUNDS]`
-//! (defaults: 20,000 records, 5 rounds).
+//! (defaults: 20,000 records, 5 rounds) through the driver;
+//! `... -- testkit [RECORDS] [ROUNDS]` (defaults 100,000 and 3) on the runtime
+//! over one embedded broker (at-least-once, 6 partitions, one stream thread,
+//! timed from `start` until the output holds a record per input record).
 //!
 //! Two computations:
 //! - **windowed count**: records keyed by one of 200 users, timestamps
@@ -37,7 +40,7 @@ fn user(i: u64) -> String {
     format!("u{:03}", i.wrapping_mul(0x9E37_79B9_7F4A_7C15) % USERS)
 }
 
-fn dsl_windowed() -> weir_streams::Result<Topology> {
+fn dsl_windowed(out: &str) -> weir_streams::Result<Topology> {
     let b = StreamsBuilder::new();
     b.stream::<String, String>("views")
         .group_by_key()
@@ -47,7 +50,7 @@ fn dsl_windowed() -> weir_streams::Result<Topology> {
         .materialized(Materialized::as_("views"))
         .count()
         .to_stream()
-        .to("out");
+        .to(out);
     b.build()
 }
 
@@ -83,22 +86,22 @@ impl Processor<String, String> for WindowCount {
     }
 }
 
-fn hand_windowed() -> weir_streams::Result<Topology> {
+fn hand_windowed(out: &str) -> weir_streams::Result<Topology> {
     let mut b = TopologyBuilder::new();
     let store = b.window_store::<String, i64>("views", Duration::from_millis(WINDOW_MS as u64));
     let src = b.source::<String, String>("src", &["views"]);
     let s = store.clone();
     let p = b.processor("count", &[&src], move || WindowCount(s.clone()), &[&store]);
-    b.sink("sink", &[&p], "out");
+    b.sink("sink", &[&p], out);
     b.build()
 }
 
-fn dsl_join() -> weir_streams::Result<Topology> {
+fn dsl_join(out: &str) -> weir_streams::Result<Topology> {
     let b = StreamsBuilder::new();
     let customers = b.table::<String, String>("customers", Materialized::as_("customers"));
     b.stream::<String, String>("orders")
         .join(&customers, |o, c| format!("{o},{c}"))
-        .to("out");
+        .to(out);
     b.build()
 }
 
@@ -141,7 +144,7 @@ impl Processor<String, String> for Enrich {
     }
 }
 
-fn hand_join() -> weir_streams::Result<Topology> {
+fn hand_join(out: &str) -> weir_streams::Result<Topology> {
     let mut b = TopologyBuilder::new();
     let store = b.kv_store::<String, String>("customers");
     let table = b.source::<String, Option<String>>("customers-src", &["customers"]);
@@ -149,7 +152,7 @@ fn hand_join() -> weir_streams::Result<Topology> {
     let (s1, s2) = (store.clone(), store.clone());
     b.processor("table", &[&table], move || PutTable(s1.clone()), &[&store]);
     let p = b.processor("enrich", &[&orders], move || Enrich(s2.clone()), &[&store]);
-    b.sink("sink", &[&p], "out");
+    b.sink("sink", &[&p], out);
     b.build()
 }
 
@@ -196,13 +199,153 @@ fn median(mut v: Vec<f64>) -> f64 {
 
 type Case = (
     &'static str,
-    fn() -> weir_streams::Result<Topology>,
-    fn() -> weir_streams::Result<Topology>,
+    Build,
+    Build,
     fn(Topology, u64) -> Result<Duration, BoxError>,
 );
 
+const PARTITIONS: i32 = 6;
+
+/// Builds a topology writing to the given output topic.
+type Build = fn(&str) -> weir_streams::Result<Topology>;
+
+async fn produce(
+    bootstrap: &str,
+    topic: &str,
+    records: impl Iterator<Item = (String, Option<String>, i64)>,
+) -> Result<(), BoxError> {
+    use weir_client::config::producer::ProducerConfig;
+    use weir_client::producer::{Producer, ProducerRecord};
+    let producer = Producer::new(ProducerConfig::from_properties(&[
+        ("bootstrap.servers", bootstrap),
+        ("linger.ms", "5"),
+    ])?)
+    .await?;
+    let mut acks = Vec::new();
+    for (k, v, ts) in records {
+        let mut r = ProducerRecord::new(topic).with_key(k).with_timestamp(ts);
+        if let Some(v) = v {
+            r = r.with_value(v);
+        }
+        acks.push(producer.enqueue(r).await?);
+    }
+    producer.flush().await;
+    for a in acks {
+        a.await?;
+    }
+    Ok(())
+}
+
+async fn run_on_testkit(
+    kit: &weir_testkit::Cluster,
+    topology: Topology,
+    out: &str,
+    records: u64,
+) -> Result<Duration, BoxError> {
+    let dir = tempfile::tempdir()?;
+    let bootstrap = kit.bootstrap();
+    let state = dir.path().display().to_string();
+    let config = weir_streams::StreamsConfig::from_properties(&[
+        ("application.id", format!("bench-{out}").as_str()),
+        ("bootstrap.servers", bootstrap.as_str()),
+        ("state.dir", state.as_str()),
+        ("fetch.max.wait.ms", "100"),
+        ("linger.ms", "5"),
+    ])?;
+    let started = Instant::now();
+    let instance = weir_streams::KafkaStreams::start(topology, config).await?;
+    loop {
+        let mut done = 0i64;
+        for p in 0..PARTITIONS {
+            done += kit.offsets(out, p).await?.1;
+        }
+        if done >= records as i64 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let took = started.elapsed();
+    instance.close(Duration::from_secs(60)).await?;
+    Ok(took)
+}
+
+fn testkit(records: u64, rounds: usize) -> Result<(), BoxError> {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    rt.block_on(async {
+        let kit = weir_testkit::Cluster::builder().brokers(1).build().await?;
+        let bootstrap = kit.bootstrap();
+        let none: [(&str, &str); 0] = [];
+        for t in ["views", "customers", "orders"] {
+            kit.create_topic(t, PARTITIONS, none).await?;
+        }
+        produce(
+            &bootstrap,
+            "views",
+            (0..records).map(|i| (user(i), Some("page".to_string()), i as i64 * 10)),
+        )
+        .await?;
+        produce(
+            &bootstrap,
+            "customers",
+            (0..USERS).map(|c| (format!("u{c:03}"), Some(format!("name{c}")), 0)),
+        )
+        .await?;
+        produce(
+            &bootstrap,
+            "orders",
+            (0..records).map(|i| (user(i), Some(format!("o{i}")), 1 + i as i64)),
+        )
+        .await?;
+        println!(
+            "on the runtime: {records} records, {PARTITIONS} partitions, one embedded broker, \
+             at-least-once"
+        );
+        let cases: [(&str, Build, Build); 2] = [
+            ("windowed count", dsl_windowed, hand_windowed),
+            ("stream-table join", dsl_join, hand_join),
+        ];
+        for (name, dsl, hand) in cases {
+            let mut ratios = Vec::new();
+            for round in 0..rounds {
+                let (dout, hout) = (format!("dsl-{round}-{}", name.len()), format!("hand-{round}-{}", name.len()));
+                kit.create_topic(&dout, PARTITIONS, none).await?;
+                kit.create_topic(&hout, PARTITIONS, none).await?;
+                let (d, h) = if round % 2 == 0 {
+                    let d = run_on_testkit(&kit, dsl(&dout)?, &dout, records).await?;
+                    (d, run_on_testkit(&kit, hand(&hout)?, &hout, records).await?)
+                } else {
+                    let h = run_on_testkit(&kit, hand(&hout)?, &hout, records).await?;
+                    (run_on_testkit(&kit, dsl(&dout)?, &dout, records).await?, h)
+                };
+                let rate = |t: Duration| records as f64 / t.as_secs_f64();
+                let ratio = h.as_secs_f64() / d.as_secs_f64();
+                println!(
+                    "{name} (runtime) round {round}: dsl {:.0} records/s, hand-written {:.0} records/s, ratio {ratio:.3}",
+                    rate(d),
+                    rate(h)
+                );
+                ratios.push(ratio);
+            }
+            println!(
+                "{name} (runtime): median ratio (DSL throughput / hand-written) {:.3}",
+                median(ratios)
+            );
+        }
+        Ok::<(), BoxError>(())
+    })
+}
+
 fn main() -> Result<(), BoxError> {
-    let mut args = std::env::args().skip(1);
+    let mut args = std::env::args().skip(1).peekable();
+    if args.peek().map(String::as_str) == Some("testkit") {
+        args.next();
+        let records: u64 = args.next().map_or(Ok(100_000), |a| a.parse())?;
+        let rounds: usize = args.next().map_or(Ok(3), |a| a.parse())?;
+        return testkit(records, rounds);
+    }
     let records: u64 = args.next().map_or(Ok(20_000), |a| a.parse())?;
     let rounds: usize = args.next().map_or(Ok(5), |a| a.parse())?;
     let cases: [Case; 2] = [
@@ -213,11 +356,11 @@ fn main() -> Result<(), BoxError> {
         let mut ratios = Vec::new();
         for round in 0..rounds {
             let (d, h) = if round % 2 == 0 {
-                let d = run(dsl()?, records)?;
-                (d, run(hand()?, records)?)
+                let d = run(dsl("out")?, records)?;
+                (d, run(hand("out")?, records)?)
             } else {
-                let h = run(hand()?, records)?;
-                (run(dsl()?, records)?, h)
+                let h = run(hand("out")?, records)?;
+                (run(dsl("out")?, records)?, h)
             };
             let rate = |t: Duration| records as f64 / t.as_secs_f64();
             let ratio = h.as_secs_f64() / d.as_secs_f64();
