@@ -157,3 +157,69 @@ async fn a_warmup_takes_its_task_as_soon_as_it_has_caught_up() {
     a.close(Duration::from_secs(30)).await.unwrap();
     b.close(Duration::from_secs(30)).await.unwrap();
 }
+
+/// Under exactly-once a changelog ends with a transaction marker after its
+/// last record. A standby that has read to the end commits the end, markers
+/// included, so its next catch-up (every 500 ms) stops at the up-to-date
+/// check instead of re-reading the markers with a new consumer, forever.
+#[tokio::test(start_paused = true)]
+async fn a_caught_up_standby_commits_the_changelog_end_past_the_markers() {
+    let kit = testkit(1, 2).await;
+    let (input, expected) = lines(80, 23);
+    let dirs: Vec<_> = (0..2).map(|_| tempfile::tempdir().unwrap()).collect();
+    let props = [
+        ("processing.guarantee", "exactly_once_v2"),
+        ("num.standby.replicas", "1"),
+    ];
+    let a = start(
+        count_keys(),
+        streams_config(&kit, "wc", "a", dirs[0].path(), &props),
+    )
+    .await;
+    let b = start(
+        count_keys(),
+        streams_config(&kit, "wc", "b", dirs[1].path(), &props),
+    )
+    .await;
+    eventually(
+        "one task and one standby each",
+        Duration::from_secs(120),
+        || async {
+            let (ma, mb) = (a.metrics(), b.metrics());
+            ma.tasks.len() == 1 && mb.tasks.len() == 1 && ma.standby_tasks.len() == 1
+        },
+    )
+    .await;
+    produce_words(&kit, &input).await;
+    let words: u64 = expected.values().sum();
+    eventually(
+        "every change on the standbys",
+        Duration::from_secs(120),
+        || async { a.metrics().standby_records + b.metrics().standby_records >= words },
+    )
+    .await;
+    let standby_of_a = *a.metrics().standby_tasks.iter().next().unwrap();
+    let standby_of_b = *b.metrics().standby_tasks.iter().next().unwrap();
+    // Virtual time for a few follow rounds after the last change (the paused
+    // clock makes this exact; the store cannot be read while it is open).
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    a.close(Duration::from_secs(30)).await.unwrap();
+    b.close(Duration::from_secs(30)).await.unwrap();
+    for (dir, task) in [(&dirs[0], standby_of_a), (&dirs[1], standby_of_b)] {
+        let topic = "wc-counts-changelog";
+        let partition = i32::try_from(task.partition).unwrap();
+        let (_, _, end) = kit.offsets(topic, partition).await.unwrap();
+        let store = weir_store::TaskStore::open(
+            dir.path().join("wc").join(task.to_string()),
+            weir_store::StoreOptions::default(),
+        )
+        .unwrap();
+        let committed =
+            store.committed_offset(&weir_store::ChangelogPartition::new(topic, partition));
+        assert_eq!(
+            committed,
+            weir_store::CommittedOffset::Known(end),
+            "standby {task}: the changelog's end, markers included"
+        );
+    }
+}

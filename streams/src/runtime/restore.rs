@@ -329,6 +329,15 @@ pub(crate) async fn restore_store<L: std::fmt::Display + Copy + Send + Sync + 's
             }
         }
         let progress = blocking(task, move || restorer.finish()).await?;
+        // The store equals the changelog up to `end` (the high watermark):
+        // what lies between its last record and `end` is transaction markers
+        // and aborted records, which read_committed skips. Committing `end`
+        // lets the next catch-up (a standby's, every 500 ms) stop at the
+        // up-to-date check instead of a new consumer re-reading the markers.
+        if !matches!(store.committed_offset(&cp), CommittedOffset::Known(o) if o >= end) {
+            let (s, cp) = (store.clone(), cp.clone());
+            blocking(task, move || s.commit(&[(cp, end)])).await?;
+        }
         if active {
             tracing::info!(task = %task, store = name, records = progress.records, bytes = progress.bytes, end, "restored");
         } else {
