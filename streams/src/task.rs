@@ -214,6 +214,9 @@ pub struct StreamTask {
     nodes: Vec<Option<NodeSlot>>,
     /// Resolved input topic to (source node, decoder).
     sources: BTreeMap<String, (usize, SourceDecoder)>,
+    /// Pattern sources not resolved to topics (the test driver's): a record
+    /// of a matching topic is read by the pattern's node.
+    patterns: Vec<(regex::Regex, usize, SourceDecoder)>,
     /// Input topic partitions to the next offset to commit.
     consumed: BTreeMap<String, i64>,
 }
@@ -261,14 +264,21 @@ impl StreamTask {
         }
         let mut nodes: Vec<Option<NodeSlot>> = (0..topology.nodes.len()).map(|_| None).collect();
         let mut sources = BTreeMap::new();
+        let mut patterns = Vec::new();
         for &index in &sub.nodes {
             let def = &topology.nodes[index];
             if let NodeKind::Source {
-                topics, decoder, ..
+                topics,
+                decoder,
+                pattern,
+                ..
             } = &def.kind
             {
                 for topic in topics {
                     sources.insert(topic.resolve(application_id), (index, Arc::clone(decoder)));
+                }
+                if let (Some(p), true) = (pattern, topics.is_empty()) {
+                    patterns.push((p.clone(), index, Arc::clone(decoder)));
                 }
             }
             nodes[index] = Some(NodeSlot {
@@ -296,6 +306,7 @@ impl StreamTask {
             },
             nodes,
             sources,
+            patterns,
             consumed: BTreeMap::new(),
         };
         for &index in &sub.nodes {
@@ -307,6 +318,11 @@ impl StreamTask {
     /// The task's id.
     pub fn id(&self) -> TaskId {
         self.id
+    }
+
+    /// Whether this task reads `topic` (a pattern source's match included).
+    pub(crate) fn reads(&self, topic: &str) -> bool {
+        self.sources.contains_key(topic) || self.patterns.iter().any(|(p, ..)| p.is_match(topic))
     }
 
     /// The resolved topics this task reads.
@@ -399,6 +415,15 @@ impl StreamTask {
     /// deserialization handler decides), [`StreamsError::Process`] when a
     /// processor fails.
     pub fn process(&mut self, record: &RawRecord) -> Result<(), StreamsError> {
+        if !self.sources.contains_key(&record.topic)
+            && let Some((_, index, decoder)) = self
+                .patterns
+                .iter()
+                .find(|(p, ..)| p.is_match(&record.topic))
+        {
+            self.sources
+                .insert(record.topic.clone(), (*index, Arc::clone(decoder)));
+        }
         let Some((source, decoder)) = self.sources.get(&record.topic).cloned() else {
             return Err(StreamsError::InvalidTopology(format!(
                 "task {} does not read topic {}",

@@ -196,6 +196,11 @@ impl TopologyTestDriver {
         let mut outputs = Vec::new();
         let result = (|| {
             while let Some(raw) = queue.pop_front() {
+                if !self.readers.contains_key(&raw.topic)
+                    && let Some(t) = self.tasks.iter().position(|t| t.task.reads(&raw.topic))
+                {
+                    self.readers.insert(raw.topic.clone(), t);
+                }
                 let Some(&t) = self.readers.get(&raw.topic) else {
                     return Err(StreamsError::Topic {
                         topic: raw.topic.clone(),

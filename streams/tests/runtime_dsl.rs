@@ -534,3 +534,56 @@ async fn a_source_table_restores_from_its_own_topic_and_has_no_changelog() {
     );
     b.close(Duration::from_secs(30)).await.unwrap();
 }
+
+/// A pattern source on the runtime reads every matching topic that exists at
+/// start, and only those.
+#[tokio::test(start_paused = true)]
+async fn a_pattern_source_reads_every_matching_topic() {
+    let kit = testkit(1, 2).await;
+    for t in ["clicks-eu", "clicks-us", "clickstream"] {
+        kit.create_topic(t, 2, std::iter::empty::<(String, String)>())
+            .await
+            .unwrap();
+    }
+    let producer =
+        Producer::with_cluster(client(&kit, "feeder").await, Default::default()).unwrap();
+    let mut acks = Vec::new();
+    for (topic, n) in [("clicks-eu", 30), ("clicks-us", 20), ("clickstream", 10)] {
+        for i in 0..n {
+            let r = ProducerRecord::new(topic)
+                .with_key(format!("user{}", i % 5))
+                .with_value(topic.to_string());
+            acks.push(producer.enqueue(r).await.unwrap());
+        }
+    }
+    producer.flush().await;
+    for a in acks {
+        a.await.unwrap();
+    }
+    let builder = StreamsBuilder::new();
+    builder
+        .stream_pattern::<String, String>("clicks-.*")
+        .group_by_key()
+        .count()
+        .to_stream()
+        .map_values(|n| n.unwrap_or_default().to_string())
+        .to(OUTPUT);
+    let topology = builder.build().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let a = start(
+        topology,
+        streams_config(&kit, "pattern", "a", dir.path(), &EOS),
+    )
+    .await;
+    eventually("50 clicks counted", Duration::from_secs(120), || async {
+        read_committed(&kit, OUTPUT).await.len() >= 50
+    })
+    .await;
+    let counts = last_counts(&read_committed(&kit, OUTPUT).await);
+    assert_eq!(
+        counts.values().sum::<u64>(),
+        50,
+        "clickstream is not read: {counts:?}"
+    );
+    a.close(Duration::from_secs(30)).await.unwrap();
+}

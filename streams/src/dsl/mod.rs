@@ -172,6 +172,34 @@ impl StreamsBuilder {
         KStream::new(self.shared.clone(), node, false)
     }
 
+    /// A stream of the records of every topic whose whole name matches the
+    /// regular expression `pattern` (Kafka Streams' `stream(Pattern)`),
+    /// resolved when an instance starts (see
+    /// [`TopologyBuilder::source_pattern`]).
+    ///
+    /// ```
+    /// # use weir_streams::dsl::StreamsBuilder;
+    /// # use weir_streams::testing::TopologyTestDriver;
+    /// let builder = StreamsBuilder::new();
+    /// builder.stream_pattern::<String, String>("clicks-(eu|us)").to("all-clicks");
+    /// let mut driver = TopologyTestDriver::new(builder.build().unwrap(), "app").unwrap();
+    /// driver.pipe("clicks-eu", &"a".to_string(), &"x".to_string(), 0).unwrap();
+    /// driver.pipe("clicks-us", &"b".to_string(), &"y".to_string(), 1).unwrap();
+    /// assert!(driver.pipe("clicks-asia", &"c".to_string(), &"z".to_string(), 2).is_err());
+    /// assert_eq!(driver.read_output::<String, String>("all-clicks").unwrap().len(), 2);
+    /// ```
+    pub fn stream_pattern<K, V>(&self, pattern: &str) -> KStream<K, V>
+    where
+        K: Serde + Clone,
+        V: Serde + Clone,
+    {
+        let node = self.shared.with(|inner| {
+            let name = inner.name("KSTREAM-SOURCE");
+            inner.builder.source_pattern::<K, V>(&name, pattern)
+        });
+        KStream::new(self.shared.clone(), node, false)
+    }
+
     /// A table of the latest value per key of `topic` (a null value deletes
     /// the key), materialized in a key-value store named by `materialized` or
     /// generated. The topic is the store's changelog (Kafka Streams'

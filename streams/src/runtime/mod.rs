@@ -317,7 +317,7 @@ impl KafkaStreams {
     ///
     /// An invalid config, a missing input topic, an internal topic with the
     /// wrong partition count or cleanup policy, or an unreachable cluster.
-    pub async fn start(topology: Topology, config: StreamsConfig) -> Result<KafkaStreams> {
+    pub async fn start(mut topology: Topology, config: StreamsConfig) -> Result<KafkaStreams> {
         config.validate()?;
         let mut client = config.client.clone();
         if client.client_id == "weir" {
@@ -335,6 +335,16 @@ impl KafkaStreams {
         topology
             .cache_max_bytes
             .store(config.cache_max_bytes, Ordering::Relaxed);
+        if topology.has_pattern_sources() {
+            let existing: Vec<String> = admin
+                .list_topics()
+                .await
+                .map_err(|e| StreamsError::client("listing topics for pattern sources", e))?
+                .into_iter()
+                .map(|t| t.name)
+                .collect();
+            topology.resolve_patterns(&existing, &config.application_id)?;
+        }
         let partitions = topics::prepare(&admin, &topology, &config.application_id).await?;
         // Global stores are restored before the instance joins its group,
         // so no task processes before they hold their topics (as Kafka

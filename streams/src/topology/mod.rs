@@ -86,6 +86,9 @@ pub(crate) type NodeFactory = Arc<dyn Fn(&str) -> Box<dyn ErasedNode> + Send + S
 pub(crate) enum NodeKind {
     Source {
         topics: Vec<TopicRef>,
+        /// A pattern source: every existing topic the regex matches whole
+        /// (resolved when an instance starts; `topics` is then filled).
+        pattern: Option<regex::Regex>,
         decoder: SourceDecoder,
         serdes: (&'static str, &'static str),
     },
@@ -201,6 +204,19 @@ impl TopologyBuilder {
         if topics.is_empty() {
             self.errors.push(format!("source {name} reads no topic"));
         }
+        self.source_node(name, topics, None)
+    }
+
+    fn source_node<K, V>(
+        &mut self,
+        name: &str,
+        topics: Vec<TopicRef>,
+        pattern: Option<regex::Regex>,
+    ) -> NodeRef<K, V>
+    where
+        K: Serde + Clone,
+        V: Serde + Clone,
+    {
         let decoder: SourceDecoder = Arc::new(|raw| {
             let key = K::deserialize(raw.key.as_deref())?;
             let value = V::deserialize(raw.value.as_deref())?;
@@ -216,6 +232,7 @@ impl TopologyBuilder {
             name,
             NodeKind::Source {
                 topics,
+                pattern,
                 decoder,
                 serdes: (K::NAME, V::NAME),
             },
@@ -227,6 +244,37 @@ impl TopologyBuilder {
             index,
             _types: PhantomData,
         }
+    }
+
+    /// A source node reading every topic whose whole name matches the
+    /// regular expression `pattern` (Kafka Streams' `Pattern` sources). An
+    /// instance resolves the pattern against the cluster's topics when it
+    /// starts (its own internal topics excluded); a topic created later is
+    /// read after the next start. In the test driver any piped topic that
+    /// matches is read.
+    ///
+    /// ```
+    /// # use weir_streams::TopologyBuilder;
+    /// let mut b = TopologyBuilder::new();
+    /// let clicks = b.source_pattern::<String, String>("clicks", "clicks-.*");
+    /// b.sink("out", &[&clicks], "all-clicks");
+    /// assert!(b.build().unwrap().describe().contains("pattern: clicks-.*"));
+    /// ```
+    pub fn source_pattern<K, V>(&mut self, name: &str, pattern: &str) -> NodeRef<K, V>
+    where
+        K: Serde + Clone,
+        V: Serde + Clone,
+    {
+        let compiled = match regex::Regex::new(&format!("^(?:{pattern})$")) {
+            Ok(r) => Some(r),
+            Err(e) => {
+                self.errors.push(format!(
+                    "source {name}: pattern {pattern:?} is not a regex: {e}"
+                ));
+                None
+            }
+        };
+        self.source_node(name, Vec::new(), compiled)
     }
 
     /// A source node reading `topics`, decoding keys as `K` and values as `V`.
@@ -567,7 +615,16 @@ impl TopologyBuilder {
                 }
             }
         }
-        if read_by.is_empty() {
+        let has_pattern = self.nodes.iter().any(|n| {
+            matches!(
+                &n.kind,
+                NodeKind::Source {
+                    pattern: Some(_),
+                    ..
+                }
+            )
+        });
+        if read_by.is_empty() && !has_pattern {
             errors.push("the topology has no source".to_owned());
         }
         for global in self.globals.values() {
@@ -795,6 +852,73 @@ impl Topology {
             .map(|s| s.id)
     }
 
+    /// Whether a source reads a pattern rather than named topics.
+    pub fn has_pattern_sources(&self) -> bool {
+        self.nodes.iter().any(|n| {
+            matches!(
+                &n.kind,
+                NodeKind::Source {
+                    pattern: Some(_),
+                    ..
+                }
+            )
+        })
+    }
+
+    /// Resolves every pattern source against `existing` topics (those of
+    /// `application_id`'s own internal topics and those another source
+    /// reads left out), and recomputes the subtopologies.
+    ///
+    /// # Errors
+    ///
+    /// A pattern that matches no topic.
+    pub(crate) fn resolve_patterns(
+        &mut self,
+        existing: &[String],
+        application_id: &str,
+    ) -> Result<()> {
+        let internal = format!("{application_id}-");
+        let named: BTreeSet<String> = self
+            .nodes
+            .iter()
+            .filter_map(|n| match &n.kind {
+                NodeKind::Source {
+                    topics,
+                    pattern: None,
+                    ..
+                } => Some(topics.iter().map(|t| t.resolve(application_id))),
+                _ => None,
+            })
+            .flatten()
+            .collect();
+        for node in &mut self.nodes {
+            if let NodeKind::Source {
+                topics,
+                pattern: Some(p),
+                ..
+            } = &mut node.kind
+            {
+                let mut matched: Vec<String> = existing
+                    .iter()
+                    .filter(|t| p.is_match(t) && !t.starts_with(&internal) && !named.contains(*t))
+                    .cloned()
+                    .collect();
+                matched.sort();
+                if matched.is_empty() {
+                    return Err(StreamsError::InvalidTopology(format!(
+                        "source {}: pattern {} matches no topic",
+                        node.name,
+                        p.as_str()
+                    )));
+                }
+                tracing::info!(source = %node.name, topics = ?matched, "pattern source resolved");
+                *topics = matched.into_iter().map(TopicRef::External).collect();
+            }
+        }
+        self.subtopologies = subtopologies(&self.nodes);
+        Ok(())
+    }
+
     /// The global stores: each a copy of a whole topic on every instance.
     pub fn global_stores(&self) -> impl Iterator<Item = &GlobalStoreSpec> {
         self.globals.values()
@@ -937,6 +1061,23 @@ impl Topology {
             for &i in &sub.nodes {
                 let node = &self.nodes[i];
                 match &node.kind {
+                    NodeKind::Source {
+                        topics,
+                        pattern: Some(p),
+                        serdes,
+                        ..
+                    } if topics.is_empty() => {
+                        let p = p.as_str();
+                        let p = p
+                            .strip_prefix("^(?:")
+                            .and_then(|p| p.strip_suffix(")$"))
+                            .unwrap_or(p);
+                        let _ = writeln!(
+                            s,
+                            "    Source: {} (pattern: {p}, key: {}, value: {})",
+                            node.name, serdes.0, serdes.1
+                        );
+                    }
                     NodeKind::Source { topics, serdes, .. } => {
                         let topics: Vec<String> = topics.iter().map(ToString::to_string).collect();
                         let _ = writeln!(

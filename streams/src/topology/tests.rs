@@ -173,3 +173,34 @@ fn describe_names_every_node_store_and_edge() {
     let expected = "Topologies:\n   Sub-topology: 0\n    Source: src (topics: [in], key: String, value: String)\n      --> count\n    Processor: count (stores: [counts])\n      --> sink\n      <-- src\n    Sink: sink (topic: out)\n      <-- count\n\n";
     assert_eq!(d, expected);
 }
+
+#[test]
+fn a_pattern_source_resolves_to_matching_topics_and_fails_on_none() {
+    let build = || {
+        let mut b = TopologyBuilder::new();
+        let src = b.source_pattern::<String, String>("in", "orders-.*");
+        b.sink("out", &[&src], "orders-all");
+        b.build().unwrap()
+    };
+    let mut t = build();
+    let existing: Vec<String> = [
+        "orders-eu",
+        "orders-us",
+        "app-orders-x-changelog",
+        "ordersx",
+    ]
+    .iter()
+    .map(|s| (*s).to_owned())
+    .collect();
+    t.resolve_patterns(&existing, "app").unwrap();
+    assert_eq!(t.external_source_topics(), vec!["orders-eu", "orders-us"]);
+    let mut none = build();
+    let err = none
+        .resolve_patterns(&["payments".to_owned()], "app")
+        .unwrap_err();
+    assert!(err.to_string().contains("matches no topic"), "{err}");
+    let mut b = TopologyBuilder::new();
+    let bad = b.source_pattern::<String, String>("in", "(");
+    b.sink("out", &[&bad], "x");
+    assert!(b.build().is_err());
+}
