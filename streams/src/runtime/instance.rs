@@ -306,6 +306,7 @@ pub(crate) async fn run(
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut stalled_before = false;
     let outcome: Result<()> = loop {
+        rt.export_metrics();
         let stalled = instance.stalled_workers();
         if stalled.is_empty() == stalled_before {
             stalled_before = !stalled.is_empty();

@@ -167,6 +167,44 @@ impl Runtime {
         }
     }
 
+    /// Publishes the instance's counters and task counts through the
+    /// `metrics` facade (whatever recorder the application installed, a
+    /// Prometheus exporter say), labelled with the application id and the
+    /// instance (its `group.instance.id`, else its process id).
+    pub(crate) fn export_metrics(&self) {
+        let labels = [
+            ("application_id", self.config.application_id.clone()),
+            (
+                "instance",
+                self.config
+                    .instance_id
+                    .clone()
+                    .unwrap_or_else(|| self.process_id.clone()),
+            ),
+        ];
+        let c = &self.counters;
+        for (name, value) in [
+            ("weir_streams_processed_records_total", &c.processed),
+            ("weir_streams_commits_total", &c.commits),
+            ("weir_streams_restored_records_total", &c.restored),
+            ("weir_streams_standby_records_total", &c.standby_records),
+        ] {
+            metrics::counter!(name, &labels).absolute(value.load(Ordering::Relaxed));
+        }
+        let count = |m: &Mutex<BTreeMap<TaskId, usize>>| {
+            m.lock().unwrap_or_else(PoisonError::into_inner).len() as f64
+        };
+        let standbys = self
+            .standbys
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .len() as f64;
+        metrics::gauge!("weir_streams_active_tasks", &labels).set(count(&self.tasks));
+        metrics::gauge!("weir_streams_standby_tasks", &labels).set(standbys);
+        metrics::gauge!("weir_streams_restoring_tasks", &labels)
+            .set(c.restoring.load(Ordering::Relaxed) as f64);
+    }
+
     pub(crate) fn app(&self) -> &str {
         &self.config.application_id
     }

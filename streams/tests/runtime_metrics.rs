@@ -1,0 +1,73 @@
+//! The instance's counters through the `metrics` facade (the recorder an
+//! application installs: a Prometheus exporter in production, the
+//! debugging recorder here).
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
+use support::*;
+
+/// Every metric of application `wc-metrics`, by name, from one snapshot.
+fn values(snapshotter: &Snapshotter) -> BTreeMap<String, f64> {
+    snapshotter
+        .snapshot()
+        .into_vec()
+        .into_iter()
+        .filter(|(k, ..)| {
+            k.key()
+                .labels()
+                .any(|l| l.key() == "application_id" && l.value() == "wc-metrics")
+        })
+        .map(|(k, _, _, v)| {
+            let v = match v {
+                DebugValue::Counter(n) => n as f64,
+                DebugValue::Gauge(g) => g.into_inner(),
+                DebugValue::Histogram(_) => f64::NAN,
+            };
+            (k.key().name().to_owned(), v)
+        })
+        .collect()
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_instance_publishes_its_counters_and_tasks_through_the_metrics_facade() {
+    let recorder = DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    recorder.install().unwrap();
+    let kit = testkit(1, 2).await;
+    let (input, expected) = lines(60, 3);
+    produce_lines(&kit, &input).await;
+    let dir = tempfile::tempdir().unwrap();
+    let a = start(
+        word_count(),
+        streams_config(
+            &kit,
+            "wc-metrics",
+            "a",
+            dir.path(),
+            &[("processing.guarantee", "exactly_once_v2")],
+        ),
+    )
+    .await;
+    let words: u64 = expected.values().sum();
+    eventually("every word counted", Duration::from_secs(120), || async {
+        read_committed(&kit, OUTPUT).await.len() as u64 >= words
+    })
+    .await;
+    // The next turn of the instance's loop publishes what it did.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let m = values(&snapshotter);
+    let processed = m["weir_streams_processed_records_total"];
+    // Lines in, then each word once more from the repartition topic.
+    assert_eq!(processed as u64, input.len() as u64 + words, "{m:?}");
+    assert!(m["weir_streams_commits_total"] >= 1.0, "{m:?}");
+    assert_eq!(m["weir_streams_active_tasks"], 4.0, "{m:?}");
+    assert_eq!(m["weir_streams_restoring_tasks"], 0.0, "{m:?}");
+    assert_eq!(a.metrics().processed as f64, processed);
+    a.close(Duration::from_secs(30)).await.unwrap();
+}
