@@ -14,6 +14,24 @@ use crate::state::GlobalKvStoreRef;
 /// Streams' `GlobalKTable`): restored before any task processes and kept up
 /// to date beside them, so a stream joins it without repartitioning or
 /// co-partitioning, by any key it computes.
+///
+/// ```
+/// # use weir_streams::dsl::{Materialized, StreamsBuilder};
+/// # use weir_streams::testing::TopologyTestDriver;
+/// let builder = StreamsBuilder::new();
+/// let products = builder.global_table::<String, i64>("prices", Materialized::as_("prices"));
+/// builder
+///     .stream::<String, String>("orders") // key: order id, value: product
+///     .join_global(&products, |_order, product| product.clone(), |product, price| {
+///         format!("{product} costs {price}")
+///     })
+///     .to("priced-orders");
+/// let mut driver = TopologyTestDriver::new(builder.build().unwrap(), "shop").unwrap();
+/// driver.pipe("prices", &"pen".to_string(), &Some(2i64), 0).unwrap();
+/// driver.pipe("orders", &"o1".to_string(), &"pen".to_string(), 1).unwrap();
+/// let out = driver.read_output::<String, String>("priced-orders").unwrap();
+/// assert_eq!((out[0].key.as_str(), out[0].value.as_str()), ("o1", "pen costs 2"));
+/// ```
 pub struct GlobalKTable<K, V> {
     pub(crate) store: GlobalKvStoreRef<K, V>,
 }
@@ -36,6 +54,20 @@ impl<K, V> std::fmt::Debug for GlobalKTable<K, V> {
 
 impl<K, V> GlobalKTable<K, V> {
     /// The store's name (`Materialized::as_` or generated).
+    ///
+    /// ```
+    /// # use weir_streams::dsl::{Materialized, StreamsBuilder};
+    /// let builder = StreamsBuilder::new();
+    /// let named = builder.global_table::<String, String>("countries", Materialized::as_("countries"));
+    /// assert_eq!(named.store_name(), "countries");
+    /// let generated = builder.global_table::<String, String>("currencies", Materialized::default());
+    /// assert!(generated.store_name().starts_with("currencies-STATE-STORE"));
+    /// builder.stream::<String, String>("users")
+    ///     .join_global(&named, |_, code| code.clone(), |_, name| name.clone())
+    ///     .to("user-countries");
+    /// let topology = builder.build().unwrap();
+    /// assert_eq!(topology.global_stores().count(), 2);
+    /// ```
     pub fn store_name(&self) -> &str {
         self.store.name()
     }
@@ -179,6 +211,25 @@ where
 
     /// As [`join_global`](Self::join_global), keeping every record: the
     /// joiner sees `None` when the table has no row for it.
+    ///
+    /// ```
+    /// # use weir_streams::dsl::{Materialized, StreamsBuilder};
+    /// # use weir_streams::testing::TopologyTestDriver;
+    /// let builder = StreamsBuilder::new();
+    /// let countries = builder.global_table::<String, String>("countries", Materialized::as_("countries"));
+    /// builder
+    ///     .stream::<String, String>("users") // key: user, value: country code
+    ///     .left_join_global(&countries, |_user, code| code.clone(), |code, name| {
+    ///         format!("{code}={}", name.map_or("?", String::as_str))
+    ///     })
+    ///     .to("user-countries");
+    /// let mut driver = TopologyTestDriver::new(builder.build().unwrap(), "app").unwrap();
+    /// driver.pipe("countries", &"fr".to_string(), &Some("France".to_string()), 0).unwrap();
+    /// driver.pipe("users", &"ada".to_string(), &"fr".to_string(), 1).unwrap();
+    /// driver.pipe("users", &"bob".to_string(), &"xx".to_string(), 2).unwrap();
+    /// let out = driver.read_output::<String, String>("user-countries").unwrap();
+    /// assert_eq!(out.iter().map(|r| r.value.as_str()).collect::<Vec<_>>(), vec!["fr=France", "xx=?"]);
+    /// ```
     pub fn left_join_global<KG, VG, VR>(
         &self,
         table: &GlobalKTable<KG, VG>,

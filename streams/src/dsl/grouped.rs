@@ -39,6 +39,20 @@ pub(crate) fn record_dropped(processor: &str, reason: &'static str, timestamp: i
 /// A stream grouped by key, ready to aggregate (Kafka Streams'
 /// `KGroupedStream`). Made by [`KStream::group_by_key`] or
 /// [`KStream::group_by`].
+///
+/// ```
+/// # use weir_streams::dsl::StreamsBuilder;
+/// # use weir_streams::testing::TopologyTestDriver;
+/// let builder = StreamsBuilder::new();
+/// let by_page = builder.stream::<String, String>("views").group_by(|_user, page| page.clone());
+/// by_page.count().to_stream().to("views-per-page");
+/// let mut driver = TopologyTestDriver::new(builder.build().unwrap(), "app").unwrap();
+/// driver.pipe("views", &"ada".to_string(), &"/home".to_string(), 0).unwrap();
+/// driver.pipe("views", &"bob".to_string(), &"/home".to_string(), 1).unwrap();
+/// let out = driver.read_output::<String, i64>("views-per-page").unwrap();
+/// assert_eq!(out.iter().map(|r| (r.key.as_str(), r.value)).collect::<Vec<_>>(),
+///     vec![("/home", 1), ("/home", 2)]);
+/// ```
 pub struct KGroupedStream<K, V> {
     stream: KStream<K, V>,
     materialized: Materialized,
@@ -316,7 +330,24 @@ where
 }
 
 /// A grouped stream with time windows (Kafka Streams'
-/// `TimeWindowedKStream`).
+/// `TimeWindowedKStream`). Made by [`KGroupedStream::windowed_by`].
+///
+/// ```
+/// # use std::time::Duration;
+/// # use weir_streams::dsl::{StreamsBuilder, TimeWindows, Windowed};
+/// # use weir_streams::testing::TopologyTestDriver;
+/// let builder = StreamsBuilder::new();
+/// let per_minute = builder.stream::<String, String>("views").group_by_key()
+///     .windowed_by(TimeWindows::of_size_with_no_grace(Duration::from_secs(60)));
+/// per_minute.count().to_stream().to("views-per-minute");
+/// let mut driver = TopologyTestDriver::new(builder.build().unwrap(), "app").unwrap();
+/// for ts in [1_000, 59_000, 61_000] {
+///     driver.pipe("views", &"ada".to_string(), &"/".to_string(), ts).unwrap();
+/// }
+/// let out = driver.read_output::<Windowed<String>, i64>("views-per-minute").unwrap();
+/// assert_eq!(out.iter().map(|r| (r.key.window.start, r.value)).collect::<Vec<_>>(),
+///     vec![(0, 1), (0, 2), (60_000, 1)]);
+/// ```
 pub struct TimeWindowedKStream<K, V> {
     stream: KStream<K, V>,
     windows: TimeWindows,
@@ -342,6 +373,25 @@ where
     V: Serde + Clone,
 {
     /// Names the window store, keeps it in memory, or sets its retention.
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// # use weir_streams::dsl::{Materialized, StreamsBuilder, TimeWindows};
+    /// # use weir_streams::state::StoreType;
+    /// # use weir_streams::testing::TopologyTestDriver;
+    /// let builder = StreamsBuilder::new();
+    /// builder.stream::<String, String>("views").group_by_key()
+    ///     .windowed_by(TimeWindows::of_size_with_no_grace(Duration::from_secs(60)))
+    ///     .materialized(Materialized::as_("views-per-minute").with_retention(Duration::from_secs(3600)))
+    ///     .count();
+    /// let topology = builder.build().unwrap();
+    /// let store = topology.stores().find(|s| s.name == "views-per-minute").unwrap();
+    /// assert!(matches!(store.kind, StoreType::Window { retention, .. } if retention.as_secs() == 3600));
+    /// let mut driver = TopologyTestDriver::new(topology, "app").unwrap();
+    /// driver.pipe("views", &"ada".to_string(), &"/".to_string(), 61_000).unwrap();
+    /// let windows = driver.window_fetch::<String, i64>("views-per-minute", &"ada".to_string(), 0, i64::MAX);
+    /// assert_eq!(windows.unwrap(), vec![(60_000, 1)]);
+    /// ```
     pub fn materialized(mut self, materialized: Materialized) -> Self {
         self.materialized = materialized;
         self
@@ -380,6 +430,25 @@ where
     }
 
     /// The number of records per key and window.
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// # use weir_streams::dsl::{StreamsBuilder, TimeWindows, Windowed};
+    /// # use weir_streams::testing::TopologyTestDriver;
+    /// let builder = StreamsBuilder::new();
+    /// builder.stream::<String, String>("views").group_by_key()
+    ///     // Hopping windows: 10 s long, a new one every 5 s.
+    ///     .windowed_by(TimeWindows::of_size_with_no_grace(Duration::from_secs(10))
+    ///         .advance_by(Duration::from_secs(5)))
+    ///     .count()
+    ///     .to_stream().to("counts");
+    /// let mut driver = TopologyTestDriver::new(builder.build().unwrap(), "app").unwrap();
+    /// driver.pipe("views", &"ada".to_string(), &"/".to_string(), 7_000).unwrap();
+    /// let out = driver.read_output::<Windowed<String>, i64>("counts").unwrap();
+    /// // 7 s is in [0 s, 10 s) and [5 s, 15 s).
+    /// assert_eq!(out.iter().map(|r| (r.key.window.start, r.value)).collect::<Vec<_>>(),
+    ///     vec![(0, 1), (5_000, 1)]);
+    /// ```
     pub fn count(&self) -> KTable<Windowed<K>, i64> {
         self.aggregate_with(
             "AGGREGATE",
@@ -388,6 +457,24 @@ where
     }
 
     /// Combines the values of each key and window with `reducer`.
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// # use weir_streams::dsl::{StreamsBuilder, TimeWindows, Windowed};
+    /// # use weir_streams::testing::TopologyTestDriver;
+    /// let builder = StreamsBuilder::new();
+    /// builder.stream::<String, i64>("temperatures").group_by_key()
+    ///     .windowed_by(TimeWindows::of_size_with_no_grace(Duration::from_secs(60)))
+    ///     .reduce(|a, b| a.max(b))
+    ///     .to_stream().to("hottest-per-minute");
+    /// let mut driver = TopologyTestDriver::new(builder.build().unwrap(), "app").unwrap();
+    /// for (t, ts) in [(20i64, 0), (25, 10_000), (18, 20_000), (15, 60_000)] {
+    ///     driver.pipe("temperatures", &"oslo".to_string(), &t, ts).unwrap();
+    /// }
+    /// let out = driver.read_output::<Windowed<String>, i64>("hottest-per-minute").unwrap();
+    /// assert_eq!(out.iter().map(|r| (r.key.window.start, r.value)).collect::<Vec<_>>(),
+    ///     vec![(0, 20), (0, 25), (0, 25), (60_000, 15)]);
+    /// ```
     pub fn reduce(
         &self,
         reducer: impl Fn(V, V) -> V + Send + Sync + 'static,
@@ -403,6 +490,24 @@ where
 
     /// Folds the values of each key and window into an aggregate that starts
     /// at `initializer()`.
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// # use weir_streams::dsl::{StreamsBuilder, TimeWindows, Windowed};
+    /// # use weir_streams::testing::TopologyTestDriver;
+    /// let builder = StreamsBuilder::new();
+    /// builder.stream::<String, i64>("amounts").group_by_key()
+    ///     .windowed_by(TimeWindows::of_size_with_no_grace(Duration::from_secs(60)))
+    ///     .aggregate(|| 0i64, |_key, amount, total| total + amount)
+    ///     .to_stream().to("totals-per-minute");
+    /// let mut driver = TopologyTestDriver::new(builder.build().unwrap(), "app").unwrap();
+    /// for (amount, ts) in [(5i64, 0), (7, 30_000), (1, 60_000)] {
+    ///     driver.pipe("amounts", &"ada".to_string(), &amount, ts).unwrap();
+    /// }
+    /// let out = driver.read_output::<Windowed<String>, i64>("totals-per-minute").unwrap();
+    /// assert_eq!(out.iter().map(|r| (r.key.window.start, r.value)).collect::<Vec<_>>(),
+    ///     vec![(0, 5), (0, 12), (60_000, 1)]);
+    /// ```
     pub fn aggregate<A>(
         &self,
         initializer: impl Fn() -> A + Send + Sync + 'static,
@@ -478,7 +583,23 @@ where
 }
 
 /// A grouped stream with session windows (Kafka Streams'
-/// `SessionWindowedKStream`).
+/// `SessionWindowedKStream`). Made by [`KGroupedStream::windowed_by_session`].
+///
+/// ```
+/// # use std::time::Duration;
+/// # use weir_streams::dsl::{SessionWindowed, SessionWindows, StreamsBuilder};
+/// # use weir_streams::testing::TopologyTestDriver;
+/// let builder = StreamsBuilder::new();
+/// let sessions = builder.stream::<String, String>("clicks").group_by_key()
+///     .windowed_by_session(SessionWindows::of_inactivity_gap_with_no_grace(Duration::from_secs(300)));
+/// sessions.count().to_stream().to("clicks-per-session");
+/// let mut driver = TopologyTestDriver::new(builder.build().unwrap(), "app").unwrap();
+/// driver.pipe("clicks", &"ada".to_string(), &"/".to_string(), 0).unwrap();
+/// driver.pipe("clicks", &"bob".to_string(), &"/".to_string(), 1_000).unwrap();
+/// let out = driver.read_output::<SessionWindowed<String>, Option<i64>>("clicks-per-session").unwrap();
+/// assert_eq!(out.iter().map(|r| (r.key.key.as_str(), r.value)).collect::<Vec<_>>(),
+///     vec![("ada", Some(1)), ("bob", Some(1))]);
+/// ```
 pub struct SessionWindowedKStream<K, V> {
     stream: KStream<K, V>,
     windows: SessionWindows,
@@ -499,6 +620,19 @@ where
     V: Serde + Clone,
 {
     /// Names the session store, keeps it in memory, or sets its retention.
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// # use weir_streams::dsl::{Materialized, SessionWindows, StreamsBuilder};
+    /// let builder = StreamsBuilder::new();
+    /// builder.stream::<String, String>("clicks").group_by_key()
+    ///     .windowed_by_session(SessionWindows::of_inactivity_gap_with_no_grace(Duration::from_secs(300)))
+    ///     .materialized(Materialized::as_("sessions").in_memory())
+    ///     .count();
+    /// let topology = builder.build().unwrap();
+    /// let store = topology.stores().find(|s| s.name == "sessions").unwrap();
+    /// assert!(store.in_memory && store.logged);
+    /// ```
     pub fn materialized(mut self, materialized: Materialized) -> Self {
         self.materialized = materialized;
         self
@@ -579,6 +713,24 @@ where
 
     /// Combines the values of each key and session with `reducer` (also
     /// used to merge two sessions a record joins).
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// # use weir_streams::dsl::{SessionWindowed, SessionWindows, StreamsBuilder};
+    /// # use weir_streams::testing::TopologyTestDriver;
+    /// let builder = StreamsBuilder::new();
+    /// builder.stream::<String, String>("pages").group_by_key()
+    ///     .windowed_by_session(SessionWindows::of_inactivity_gap_with_no_grace(Duration::from_millis(10)))
+    ///     .reduce(|path, page| format!("{path} {page}"))
+    ///     .to_stream().to("paths");
+    /// let mut driver = TopologyTestDriver::new(builder.build().unwrap(), "app").unwrap();
+    /// for (page, ts) in [("/home", 0), ("/cart", 5), ("/home", 30)] {
+    ///     driver.pipe("pages", &"ada".to_string(), &page.to_string(), ts).unwrap();
+    /// }
+    /// let out = driver.read_output::<SessionWindowed<String>, Option<String>>("paths").unwrap();
+    /// let live: Vec<_> = out.iter().filter_map(|r| Some((r.key.window.start, r.value.clone()?))).collect();
+    /// assert_eq!(live, vec![(0, "/home".to_string()), (0, "/home /cart".to_string()), (30, "/home".to_string())]);
+    /// ```
     pub fn reduce(
         &self,
         reducer: impl Fn(V, V) -> V + Send + Sync + 'static,
@@ -598,6 +750,29 @@ where
     /// Folds the values of each key and session into an aggregate that
     /// starts at `initializer()`; `merger` combines two sessions' aggregates
     /// when a record joins them.
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// # use weir_streams::dsl::{SessionWindowed, SessionWindows, StreamsBuilder};
+    /// # use weir_streams::testing::TopologyTestDriver;
+    /// let builder = StreamsBuilder::new();
+    /// builder.stream::<String, i64>("spend").group_by_key()
+    ///     // A 10 ms gap; the grace keeps [0,0] in the store when stream time is 16.
+    ///     .windowed_by_session(SessionWindows::of_inactivity_gap_and_grace(
+    ///         Duration::from_millis(10),
+    ///         Duration::from_millis(10),
+    ///     ))
+    ///     .aggregate(|| 0i64, |_key, amount, total| total + amount, |_key, a, b| a + b)
+    ///     .to_stream().to("spend-per-session");
+    /// let mut driver = TopologyTestDriver::new(builder.build().unwrap(), "app").unwrap();
+    /// // Two sessions, [0,0] and [16,16], then a record at 8 within 10 ms of both: one session.
+    /// for (amount, ts) in [(1i64, 0), (2, 16), (4, 8)] {
+    ///     driver.pipe("spend", &"ada".to_string(), &amount, ts).unwrap();
+    /// }
+    /// let out = driver.read_output::<SessionWindowed<String>, Option<i64>>("spend-per-session").unwrap();
+    /// let last = out.last().unwrap();
+    /// assert_eq!((last.key.window.start, last.key.window.end, last.value), (0, 16, Some(7)));
+    /// ```
     pub fn aggregate<A>(
         &self,
         initializer: impl Fn() -> A + Send + Sync + 'static,

@@ -38,12 +38,49 @@ pub struct JoinWindows {
 
 impl JoinWindows {
     /// Records at most `difference` apart join; nothing late is accepted.
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// # use weir_streams::dsl::{JoinWindows, StreamsBuilder};
+    /// # use weir_streams::testing::TopologyTestDriver;
+    /// let builder = StreamsBuilder::new();
+    /// let views = builder.stream::<String, String>("views");
+    /// let clicks = builder.stream::<String, String>("clicks");
+    /// let windows = JoinWindows::of_time_difference_with_no_grace(Duration::from_secs(10));
+    /// views.join_windowed(&clicks, windows, |v, c| format!("{v}->{c}")).to("view-clicks");
+    /// let mut driver = TopologyTestDriver::new(builder.build().unwrap(), "ads").unwrap();
+    /// driver.pipe("views", &"ad1".to_string(), &"v1".to_string(), 0).unwrap();
+    /// driver.pipe("views", &"ad2".to_string(), &"v2".to_string(), 15_000).unwrap();
+    /// // 3 s after v1, but 12 s behind stream time (15 s): late, dropped.
+    /// driver.pipe("clicks", &"ad1".to_string(), &"c".to_string(), 3_000).unwrap();
+    /// assert!(driver.read_output::<String, String>("view-clicks").unwrap().is_empty());
+    /// ```
     pub fn of_time_difference_with_no_grace(difference: Duration) -> Self {
         Self::of_time_difference_and_grace(difference, Duration::ZERO)
     }
 
     /// Records at most `difference` apart join; records up to `grace` behind
     /// stream time are still joined.
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// # use weir_streams::dsl::{JoinWindows, StreamsBuilder};
+    /// # use weir_streams::testing::TopologyTestDriver;
+    /// let builder = StreamsBuilder::new();
+    /// let views = builder.stream::<String, String>("views");
+    /// let clicks = builder.stream::<String, String>("clicks");
+    /// let windows =
+    ///     JoinWindows::of_time_difference_and_grace(Duration::from_secs(10), Duration::from_secs(5));
+    /// views.join_windowed(&clicks, windows, |v, c| format!("{v}->{c}")).to("view-clicks");
+    /// let mut driver = TopologyTestDriver::new(builder.build().unwrap(), "ads").unwrap();
+    /// driver.pipe("views", &"ad1".to_string(), &"v1".to_string(), 0).unwrap();
+    /// driver.pipe("views", &"ad2".to_string(), &"v2".to_string(), 15_000).unwrap();
+    /// // Late, as without grace, but within the 5 s grace: still joined.
+    /// driver.pipe("clicks", &"ad1".to_string(), &"c".to_string(), 3_000).unwrap();
+    /// let out = driver.read_output::<String, String>("view-clicks").unwrap();
+    /// assert_eq!(out.iter().map(|r| (r.value.as_str(), r.timestamp)).collect::<Vec<_>>(),
+    ///     vec![("v1->c", 3_000)]);
+    /// ```
     pub fn of_time_difference_and_grace(difference: Duration, grace: Duration) -> Self {
         JoinWindows {
             before_ms: ms(difference),
@@ -53,28 +90,106 @@ impl JoinWindows {
     }
 
     /// How far before a left record a right record may be.
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// # use weir_streams::dsl::{JoinWindows, StreamsBuilder};
+    /// # use weir_streams::testing::TopologyTestDriver;
+    /// let builder = StreamsBuilder::new();
+    /// let views = builder.stream::<String, String>("views");
+    /// let clicks = builder.stream::<String, String>("clicks");
+    /// // Only clicks at most 10 s after the view, none before it.
+    /// let windows = JoinWindows::of_time_difference_with_no_grace(Duration::from_secs(10))
+    ///     .before(Duration::ZERO);
+    /// views.join_windowed(&clicks, windows, |v, c| format!("{v}->{c}")).to("view-clicks");
+    /// let mut driver = TopologyTestDriver::new(builder.build().unwrap(), "ads").unwrap();
+    /// driver.pipe("clicks", &"ad1".to_string(), &"early".to_string(), 500).unwrap();
+    /// driver.pipe("views", &"ad1".to_string(), &"v".to_string(), 1_000).unwrap();
+    /// driver.pipe("clicks", &"ad1".to_string(), &"after".to_string(), 5_000).unwrap();
+    /// let out = driver.read_output::<String, String>("view-clicks").unwrap();
+    /// assert_eq!(out.iter().map(|r| r.value.as_str()).collect::<Vec<_>>(), vec!["v->after"]);
+    /// ```
     pub fn before(mut self, before: Duration) -> Self {
         self.before_ms = ms(before);
         self
     }
 
     /// How far after a left record a right record may be.
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// # use weir_streams::dsl::{JoinWindows, StreamsBuilder};
+    /// # use weir_streams::testing::TopologyTestDriver;
+    /// let builder = StreamsBuilder::new();
+    /// let shipments = builder.stream::<String, String>("shipments");
+    /// let payments = builder.stream::<String, String>("payments");
+    /// // Only payments made at most 10 s before the shipment, none after it.
+    /// let windows = JoinWindows::of_time_difference_with_no_grace(Duration::from_secs(10))
+    ///     .after(Duration::ZERO);
+    /// shipments.join_windowed(&payments, windows, |s, p| format!("{s} paid by {p}")).to("paid");
+    /// let mut driver = TopologyTestDriver::new(builder.build().unwrap(), "shop").unwrap();
+    /// driver.pipe("payments", &"o1".to_string(), &"card".to_string(), 500).unwrap();
+    /// driver.pipe("shipments", &"o1".to_string(), &"box".to_string(), 1_000).unwrap();
+    /// driver.pipe("payments", &"o1".to_string(), &"cash".to_string(), 5_000).unwrap();
+    /// let out = driver.read_output::<String, String>("paid").unwrap();
+    /// assert_eq!(out.iter().map(|r| r.value.as_str()).collect::<Vec<_>>(), vec!["box paid by card"]);
+    /// ```
     pub fn after(mut self, after: Duration) -> Self {
         self.after_ms = ms(after);
         self
     }
 
     /// The `before` bound in ms.
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// # use weir_streams::dsl::{JoinWindows, StreamsBuilder};
+    /// let windows = JoinWindows::of_time_difference_with_no_grace(Duration::from_secs(10))
+    ///     .before(Duration::from_secs(2));
+    /// assert_eq!(windows.before_ms(), 2_000);
+    /// let builder = StreamsBuilder::new();
+    /// let left = builder.stream::<String, String>("left");
+    /// left.join_windowed(&builder.stream::<String, String>("right"), windows, |l, r| l.clone() + r)
+    ///     .to("joined");
+    /// # builder.build().unwrap();
+    /// ```
     pub fn before_ms(&self) -> i64 {
         self.before_ms
     }
 
     /// The `after` bound in ms.
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// # use weir_streams::dsl::{JoinWindows, StreamsBuilder};
+    /// let windows = JoinWindows::of_time_difference_with_no_grace(Duration::from_secs(10))
+    ///     .after(Duration::from_secs(30));
+    /// assert_eq!((windows.before_ms(), windows.after_ms()), (10_000, 30_000));
+    /// let builder = StreamsBuilder::new();
+    /// let left = builder.stream::<String, String>("left");
+    /// left.join_windowed(&builder.stream::<String, String>("right"), windows, |l, r| l.clone() + r)
+    ///     .to("joined");
+    /// # builder.build().unwrap();
+    /// ```
     pub fn after_ms(&self) -> i64 {
         self.after_ms
     }
 
     /// The grace period in ms.
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// # use weir_streams::dsl::{JoinWindows, StreamsBuilder};
+    /// let windows =
+    ///     JoinWindows::of_time_difference_and_grace(Duration::from_secs(10), Duration::from_secs(1));
+    /// assert_eq!(windows.grace_ms(), 1_000);
+    /// assert_eq!(JoinWindows::of_time_difference_with_no_grace(Duration::from_secs(10)).grace_ms(), 0);
+    /// let builder = StreamsBuilder::new();
+    /// let left = builder.stream::<String, String>("left");
+    /// left.join_windowed(&builder.stream::<String, String>("right"), windows, |l, r| l.clone() + r)
+    ///     .to("joined");
+    /// # builder.build().unwrap();
+    /// ```
     pub fn grace_ms(&self) -> i64 {
         self.grace_ms
     }
@@ -468,6 +583,28 @@ where
     /// As [`join_windowed`](Self::join_windowed), and a left record that
     /// joined nothing by the time its window closed comes out once with
     /// `None` for the right side.
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// # use weir_streams::dsl::{JoinWindows, StreamsBuilder};
+    /// # use weir_streams::testing::TopologyTestDriver;
+    /// let builder = StreamsBuilder::new();
+    /// let views = builder.stream::<String, String>("views");
+    /// let clicks = builder.stream::<String, String>("clicks");
+    /// views
+    ///     .left_join_windowed(&clicks, JoinWindows::of_time_difference_with_no_grace(Duration::from_secs(10)),
+    ///         |view, click| format!("{view}->{}", click.map_or("-", String::as_str)))
+    ///     .to("view-clicks");
+    /// let mut driver = TopologyTestDriver::new(builder.build().unwrap(), "ads").unwrap();
+    /// driver.pipe("views", &"ad1".to_string(), &"v1".to_string(), 1_000).unwrap();
+    /// driver.pipe("views", &"ad2".to_string(), &"v2".to_string(), 2_000).unwrap();
+    /// driver.pipe("clicks", &"ad1".to_string(), &"c".to_string(), 5_000).unwrap();
+    /// // Stream time 20 s closes v2's window: it comes out unjoined.
+    /// driver.pipe("views", &"ad3".to_string(), &"v3".to_string(), 20_000).unwrap();
+    /// let out = driver.read_output::<String, String>("view-clicks").unwrap();
+    /// assert_eq!(out.iter().map(|r| (r.key.as_str(), r.value.as_str())).collect::<Vec<_>>(),
+    ///     vec![("ad1", "v1->c"), ("ad2", "v2->-")]);
+    /// ```
     pub fn left_join_windowed<V2, VR>(
         &self,
         other: &KStream<K, V2>,
@@ -485,6 +622,27 @@ where
     /// As [`left_join_windowed`](Self::left_join_windowed) for both sides:
     /// a record of either side that joined nothing comes out once its window
     /// closed, with `None` for the other side.
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// # use weir_streams::dsl::{JoinWindows, StreamsBuilder};
+    /// # use weir_streams::testing::TopologyTestDriver;
+    /// let builder = StreamsBuilder::new();
+    /// let views = builder.stream::<String, String>("views");
+    /// let clicks = builder.stream::<String, String>("clicks");
+    /// views
+    ///     .outer_join_windowed(&clicks, JoinWindows::of_time_difference_with_no_grace(Duration::from_secs(10)),
+    ///         |view, click| format!("{}->{}", view.map_or("-", String::as_str), click.map_or("-", String::as_str)))
+    ///     .to("view-clicks");
+    /// let mut driver = TopologyTestDriver::new(builder.build().unwrap(), "ads").unwrap();
+    /// driver.pipe("views", &"ad1".to_string(), &"v1".to_string(), 1_000).unwrap();
+    /// driver.pipe("clicks", &"ad2".to_string(), &"c2".to_string(), 2_000).unwrap();
+    /// // Stream time 20 s closes both windows: each record comes out unjoined.
+    /// driver.pipe("views", &"ad3".to_string(), &"v3".to_string(), 20_000).unwrap();
+    /// let out = driver.read_output::<String, String>("view-clicks").unwrap();
+    /// assert_eq!(out.iter().map(|r| (r.key.as_str(), r.value.as_str(), r.timestamp)).collect::<Vec<_>>(),
+    ///     vec![("ad1", "v1->-", 1_000), ("ad2", "-->c2", 2_000)]);
+    /// ```
     pub fn outer_join_windowed<V2, VR>(
         &self,
         other: &KStream<K, V2>,

@@ -125,6 +125,14 @@ impl Default for StreamsBuilder {
 
 impl StreamsBuilder {
     /// An empty builder.
+    ///
+    /// ```
+    /// # use weir_streams::dsl::StreamsBuilder;
+    /// let builder = StreamsBuilder::new();
+    /// builder.stream::<String, String>("in").to("out");
+    /// let topology = builder.build().unwrap();
+    /// assert_eq!(topology.external_source_topics(), vec!["in".to_string()]);
+    /// ```
     pub fn new() -> Self {
         StreamsBuilder {
             shared: Shared(Arc::new(Mutex::new(Inner {
@@ -276,6 +284,20 @@ impl StreamsBuilder {
     ///
     /// [`crate::StreamsError::InvalidTopology`], as
     /// [`TopologyBuilder::build`].
+    ///
+    /// ```
+    /// # use weir_streams::dsl::StreamsBuilder;
+    /// # use weir_streams::testing::TopologyTestDriver;
+    /// let builder = StreamsBuilder::new();
+    /// builder.stream::<String, String>("in").map_values(|v| v.to_uppercase()).to("out");
+    /// let topology = builder.build().unwrap();
+    /// let mut driver = TopologyTestDriver::new(topology, "app").unwrap();
+    /// driver.pipe("in", &"k".to_string(), &"hi".to_string(), 0).unwrap();
+    /// assert_eq!(driver.read_output::<String, String>("out").unwrap()[0].value, "HI");
+    ///
+    /// // A builder with no source is no topology.
+    /// assert!(StreamsBuilder::new().build().is_err());
+    /// ```
     pub fn build(self) -> Result<Topology> {
         let builder = self.shared.with(|inner| std::mem::take(&mut inner.builder));
         builder.build()
@@ -304,6 +326,19 @@ pub struct Materialized {
 impl Materialized {
     /// A store named `name`: its changelog is
     /// `<application.id>-<name>-changelog`.
+    ///
+    /// ```
+    /// # use weir_streams::dsl::{Materialized, StreamsBuilder};
+    /// # use weir_streams::testing::TopologyTestDriver;
+    /// let builder = StreamsBuilder::new();
+    /// builder.stream::<String, String>("clicks").group_by_key()
+    ///     .materialized(Materialized::as_("clicks-per-user"))
+    ///     .count();
+    /// let mut driver = TopologyTestDriver::new(builder.build().unwrap(), "app").unwrap();
+    /// driver.pipe("clicks", &"ada".to_string(), &"/".to_string(), 0).unwrap();
+    /// assert_eq!(driver.kv_store::<String, i64>("clicks-per-user").unwrap(), vec![("ada".to_string(), 1)]);
+    /// assert_eq!(driver.changelog("clicks-per-user")[0].topic, "app-clicks-per-user-changelog");
+    /// ```
     pub fn as_(name: &str) -> Self {
         Materialized {
             name: Some(name.to_owned()),
@@ -312,6 +347,17 @@ impl Materialized {
     }
 
     /// Keeps the store in memory (see [`TopologyBuilder::in_memory`]).
+    ///
+    /// ```
+    /// # use weir_streams::dsl::{Materialized, StreamsBuilder};
+    /// let builder = StreamsBuilder::new();
+    /// builder.stream::<String, String>("clicks").group_by_key()
+    ///     .materialized(Materialized::as_("clicks-per-user").in_memory())
+    ///     .count();
+    /// let topology = builder.build().unwrap();
+    /// let store = topology.stores().find(|s| s.name == "clicks-per-user").unwrap();
+    /// assert!(store.in_memory && store.logged); // still restored from its changelog
+    /// ```
     pub fn in_memory(mut self) -> Self {
         self.in_memory = true;
         self
@@ -319,6 +365,21 @@ impl Materialized {
 
     /// Turns off the store's changelog (see
     /// [`TopologyBuilder::disable_logging`]).
+    ///
+    /// ```
+    /// # use weir_streams::dsl::{Materialized, StreamsBuilder};
+    /// # use weir_streams::testing::TopologyTestDriver;
+    /// let builder = StreamsBuilder::new();
+    /// builder.stream::<String, String>("clicks").group_by_key()
+    ///     .materialized(Materialized::as_("clicks-per-user").without_logging())
+    ///     .count();
+    /// let topology = builder.build().unwrap();
+    /// assert!(!topology.stores().find(|s| s.name == "clicks-per-user").unwrap().logged);
+    /// let mut driver = TopologyTestDriver::new(topology, "app").unwrap();
+    /// driver.pipe("clicks", &"ada".to_string(), &"/".to_string(), 0).unwrap();
+    /// assert!(driver.changelog("clicks-per-user").is_empty());
+    /// assert_eq!(driver.kv_store::<String, i64>("clicks-per-user").unwrap().len(), 1);
+    /// ```
     pub fn without_logging(mut self) -> Self {
         self.unlogged = true;
         self
@@ -346,6 +407,28 @@ impl Materialized {
 
     /// For a window or session store: how long windows are kept behind
     /// stream time (at least the window size plus grace, the default).
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// # use weir_streams::dsl::{Materialized, StreamsBuilder, TimeWindows};
+    /// # use weir_streams::state::StoreType;
+    /// let builder = StreamsBuilder::new();
+    /// let views = builder.stream::<String, String>("views").group_by_key();
+    /// let minutes = TimeWindows::of_size_with_no_grace(Duration::from_secs(60));
+    /// views.windowed_by(minutes)
+    ///     .materialized(Materialized::as_("kept-a-day").with_retention(Duration::from_secs(86_400)))
+    ///     .count();
+    /// // Less than the window size: the size wins.
+    /// views.windowed_by(minutes)
+    ///     .materialized(Materialized::as_("kept-a-minute").with_retention(Duration::from_secs(1)))
+    ///     .count();
+    /// let topology = builder.build().unwrap();
+    /// let retention = |name: &str| match topology.stores().find(|s| s.name == name).unwrap().kind {
+    ///     StoreType::Window { retention, .. } => retention.as_secs(),
+    ///     StoreType::KeyValue => unreachable!(),
+    /// };
+    /// assert_eq!((retention("kept-a-day"), retention("kept-a-minute")), (86_400, 60));
+    /// ```
     pub fn with_retention(mut self, retention: std::time::Duration) -> Self {
         self.retention = Some(retention);
         self

@@ -44,11 +44,53 @@ pub struct SlidingWindows {
 
 impl SlidingWindows {
     /// Windows of `difference`; late records are dropped.
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// # use weir_streams::dsl::{SlidingWindows, StreamsBuilder, Windowed};
+    /// # use weir_streams::testing::TopologyTestDriver;
+    /// let builder = StreamsBuilder::new();
+    /// builder.stream::<String, String>("clicks").group_by_key()
+    ///     .windowed_by_sliding(SlidingWindows::of_time_difference_with_no_grace(Duration::from_millis(10)))
+    ///     .count()
+    ///     .to_stream().to("out");
+    /// let mut driver = TopologyTestDriver::new(builder.build().unwrap(), "app").unwrap();
+    /// driver.pipe("clicks", &"u".to_string(), &"c".to_string(), 20).unwrap();
+    /// driver.pipe("clicks", &"u".to_string(), &"c".to_string(), 35).unwrap();
+    /// // Even its right window [23,33] closed at stream time 35: dropped.
+    /// driver.pipe("clicks", &"u".to_string(), &"c".to_string(), 22).unwrap();
+    /// let out = driver.read_output::<Windowed<String>, Option<i64>>("out").unwrap();
+    /// let got: Vec<_> = out.iter().map(|r| (r.key.window.start, r.value)).collect();
+    /// assert_eq!(got, vec![(10, Some(1)), (25, Some(1))]); // [10,20] and [25,35]
+    /// ```
     pub fn of_time_difference_with_no_grace(difference: Duration) -> Self {
         Self::of_time_difference_and_grace(difference, Duration::ZERO)
     }
 
     /// Windows of `difference`, accepting records up to `grace` late.
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// # use weir_streams::dsl::{SlidingWindows, StreamsBuilder, Windowed};
+    /// # use weir_streams::testing::TopologyTestDriver;
+    /// let builder = StreamsBuilder::new();
+    /// builder.stream::<String, String>("clicks").group_by_key()
+    ///     .windowed_by_sliding(SlidingWindows::of_time_difference_and_grace(
+    ///         Duration::from_millis(10),
+    ///         Duration::from_millis(5),
+    ///     ))
+    ///     .count()
+    ///     .to_stream().to("out");
+    /// let mut driver = TopologyTestDriver::new(builder.build().unwrap(), "app").unwrap();
+    /// driver.pipe("clicks", &"u".to_string(), &"c".to_string(), 20).unwrap();
+    /// driver.pipe("clicks", &"u".to_string(), &"c".to_string(), 35).unwrap();
+    /// // Its right window [23,33] is within the grace at stream time 35: accepted,
+    /// // and the first record's right window [21,31], still open, now holds it.
+    /// driver.pipe("clicks", &"u".to_string(), &"c".to_string(), 22).unwrap();
+    /// let out = driver.read_output::<Windowed<String>, Option<i64>>("out").unwrap();
+    /// let got: Vec<_> = out.iter().map(|r| (r.key.window.start, r.value)).collect();
+    /// assert_eq!(got, vec![(10, Some(1)), (25, Some(1)), (21, Some(1))]);
+    /// ```
     pub fn of_time_difference_and_grace(difference: Duration, grace: Duration) -> Self {
         SlidingWindows {
             diff_ms: ms(difference),
@@ -57,18 +99,54 @@ impl SlidingWindows {
     }
 
     /// The windows' length in ms.
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// # use weir_streams::dsl::{SlidingWindows, StreamsBuilder};
+    /// let windows = SlidingWindows::of_time_difference_with_no_grace(Duration::from_secs(60));
+    /// assert_eq!(windows.time_difference_ms(), 60_000);
+    /// let builder = StreamsBuilder::new();
+    /// builder.stream::<String, String>("logins").group_by_key().windowed_by_sliding(windows).count();
+    /// # builder.build().unwrap();
+    /// ```
     pub fn time_difference_ms(&self) -> i64 {
         self.diff_ms
     }
 
     /// The grace period in ms.
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// # use weir_streams::dsl::{SlidingWindows, StreamsBuilder};
+    /// let windows =
+    ///     SlidingWindows::of_time_difference_and_grace(Duration::from_secs(60), Duration::from_secs(5));
+    /// assert_eq!(windows.grace_ms(), 5_000);
+    /// let builder = StreamsBuilder::new();
+    /// builder.stream::<String, String>("logins").group_by_key().windowed_by_sliding(windows).count();
+    /// # builder.build().unwrap();
+    /// ```
     pub fn grace_ms(&self) -> i64 {
         self.grace_ms
     }
 }
 
 /// A grouped stream with sliding windows (Kafka Streams'
-/// `SlidingWindowedKStream`).
+/// `SlidingWindowedKStream`). Made by
+/// [`KGroupedStream::windowed_by_sliding`](crate::dsl::KGroupedStream::windowed_by_sliding).
+///
+/// ```
+/// # use std::time::Duration;
+/// # use weir_streams::dsl::{SlidingWindows, StreamsBuilder, Windowed};
+/// # use weir_streams::testing::TopologyTestDriver;
+/// let builder = StreamsBuilder::new();
+/// let last_minute = builder.stream::<String, String>("logins").group_by_key()
+///     .windowed_by_sliding(SlidingWindows::of_time_difference_with_no_grace(Duration::from_secs(60)));
+/// last_minute.count().to_stream().to("logins-in-a-minute");
+/// let mut driver = TopologyTestDriver::new(builder.build().unwrap(), "app").unwrap();
+/// driver.pipe("logins", &"ada".to_string(), &"ok".to_string(), 90_000).unwrap();
+/// let out = driver.read_output::<Windowed<String>, i64>("logins-in-a-minute").unwrap();
+/// assert_eq!((out[0].key.window.start, out[0].value), (30_000, 1)); // [30 s, 90 s]
+/// ```
 pub struct SlidingWindowedKStream<K, V> {
     pub(crate) stream: KStream<K, V>,
     pub(crate) windows: SlidingWindows,
@@ -89,6 +167,27 @@ where
     V: Serde + Clone,
 {
     /// Names the window store, keeps it in memory, or sets its retention.
+    /// The records the windows are computed from go to a second store, named
+    /// after the first with `-records`, kept the same way.
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// # use weir_streams::dsl::{Materialized, SlidingWindows, StreamsBuilder};
+    /// # use weir_streams::testing::TopologyTestDriver;
+    /// let builder = StreamsBuilder::new();
+    /// builder.stream::<String, String>("clicks").group_by_key()
+    ///     .windowed_by_sliding(SlidingWindows::of_time_difference_with_no_grace(Duration::from_millis(10)))
+    ///     .materialized(Materialized::as_("clicks-10ms").in_memory())
+    ///     .count();
+    /// let topology = builder.build().unwrap();
+    /// let mut names: Vec<_> = topology.stores().filter(|s| s.in_memory).map(|s| s.name.clone()).collect();
+    /// names.sort();
+    /// assert_eq!(names, vec!["clicks-10ms", "clicks-10ms-records"]);
+    /// let mut driver = TopologyTestDriver::new(topology, "app").unwrap();
+    /// driver.pipe("clicks", &"u".to_string(), &"c".to_string(), 20).unwrap();
+    /// let windows = driver.window_fetch::<String, i64>("clicks-10ms", &"u".to_string(), 0, i64::MAX);
+    /// assert_eq!(windows.unwrap(), vec![(10, 1)]);
+    /// ```
     pub fn materialized(mut self, materialized: Materialized) -> Self {
         self.materialized = materialized;
         self
@@ -169,6 +268,24 @@ where
     }
 
     /// Combines the values of each key and window with `reducer`.
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// # use weir_streams::dsl::{SlidingWindows, StreamsBuilder, Windowed};
+    /// # use weir_streams::testing::TopologyTestDriver;
+    /// let builder = StreamsBuilder::new();
+    /// builder.stream::<String, i64>("temperatures").group_by_key()
+    ///     .windowed_by_sliding(SlidingWindows::of_time_difference_with_no_grace(Duration::from_millis(10)))
+    ///     .reduce(|a, b| a.max(b))
+    ///     .to_stream().to("hottest");
+    /// let mut driver = TopologyTestDriver::new(builder.build().unwrap(), "app").unwrap();
+    /// driver.pipe("temperatures", &"oslo".to_string(), &3i64, 20).unwrap();
+    /// driver.pipe("temperatures", &"oslo".to_string(), &5i64, 25).unwrap();
+    /// let out = driver.read_output::<Windowed<String>, i64>("hottest").unwrap();
+    /// let got: Vec<_> = out.iter().map(|r| (r.key.window.start, r.value)).collect();
+    /// // [10,20] holds 3; [15,25] holds 3 and 5; [21,31] holds 5.
+    /// assert_eq!(got, vec![(10, 3), (15, 5), (21, 5)]);
+    /// ```
     pub fn reduce(
         &self,
         reducer: impl Fn(V, V) -> V + Send + Sync + 'static,
@@ -184,6 +301,23 @@ where
 
     /// Folds the values of each key and window (in timestamp order) into an
     /// aggregate that starts at `initializer()`.
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// # use weir_streams::dsl::{SlidingWindows, StreamsBuilder, Windowed};
+    /// # use weir_streams::testing::TopologyTestDriver;
+    /// let builder = StreamsBuilder::new();
+    /// builder.stream::<String, i64>("amounts").group_by_key()
+    ///     .windowed_by_sliding(SlidingWindows::of_time_difference_with_no_grace(Duration::from_millis(10)))
+    ///     .aggregate(|| 0i64, |_key, amount, total| total + amount)
+    ///     .to_stream().to("totals");
+    /// let mut driver = TopologyTestDriver::new(builder.build().unwrap(), "app").unwrap();
+    /// driver.pipe("amounts", &"ada".to_string(), &3i64, 20).unwrap();
+    /// driver.pipe("amounts", &"ada".to_string(), &5i64, 25).unwrap();
+    /// let out = driver.read_output::<Windowed<String>, i64>("totals").unwrap();
+    /// let got: Vec<_> = out.iter().map(|r| (r.key.window.start, r.value)).collect();
+    /// assert_eq!(got, vec![(10, 3), (15, 8), (21, 5)]);
+    /// ```
     pub fn aggregate<A>(
         &self,
         initializer: impl Fn() -> A + Send + Sync + 'static,

@@ -623,6 +623,24 @@ type Predicate<K, V> = Arc<dyn Fn(&K, &V) -> bool + Send + Sync>;
 
 /// The branches of [`KStream::split`]: each record goes to the first branch
 /// whose predicate holds, or to the default branch if there is one.
+///
+/// ```
+/// # use weir_streams::dsl::StreamsBuilder;
+/// # use weir_streams::testing::TopologyTestDriver;
+/// let builder = StreamsBuilder::new();
+/// let branches = builder.stream::<String, i64>("in").split()
+///     .branch(|_, v| *v < 0)
+///     .default_branch();
+/// branches[0].to("negative");
+/// branches[1].to("other");
+/// let mut driver = TopologyTestDriver::new(builder.build().unwrap(), "app").unwrap();
+/// for v in [-1i64, 2, -3] {
+///     driver.pipe("in", &"k".to_string(), &v, 0).unwrap();
+/// }
+/// let negative = driver.read_output::<String, i64>("negative").unwrap();
+/// assert_eq!(negative.iter().map(|r| r.value).collect::<Vec<_>>(), vec![-1, -3]);
+/// assert_eq!(driver.read_output::<String, i64>("other").unwrap().len(), 1);
+/// ```
 pub struct BranchedKStream<K, V> {
     stream: KStream<K, V>,
     predicates: Vec<Predicate<K, V>>,
@@ -667,6 +685,24 @@ where
 
     /// A branch of the records for which `predicate` holds (and no earlier
     /// branch's did).
+    ///
+    /// ```
+    /// # use weir_streams::dsl::StreamsBuilder;
+    /// # use weir_streams::testing::TopologyTestDriver;
+    /// let builder = StreamsBuilder::new();
+    /// let branches = builder.stream::<String, i64>("in").split()
+    ///     .branch(|_, v| *v < 10)
+    ///     .branch(|_, v| *v < 100) // 5 went to the first branch, not here
+    ///     .no_default_branch();
+    /// branches[0].to("small");
+    /// branches[1].to("medium");
+    /// let mut driver = TopologyTestDriver::new(builder.build().unwrap(), "app").unwrap();
+    /// driver.pipe("in", &"k".to_string(), &5i64, 0).unwrap();
+    /// driver.pipe("in", &"k".to_string(), &50i64, 0).unwrap();
+    /// assert_eq!(driver.read_output::<String, i64>("small").unwrap()[0].value, 5);
+    /// let medium = driver.read_output::<String, i64>("medium").unwrap();
+    /// assert_eq!(medium.iter().map(|r| r.value).collect::<Vec<_>>(), vec![50]);
+    /// ```
     pub fn branch(mut self, predicate: impl Fn(&K, &V) -> bool + Send + Sync + 'static) -> Self {
         self.add(Some(Arc::new(predicate)));
         self
@@ -674,12 +710,46 @@ where
 
     /// Ends the split with a branch of every record no predicate took, and
     /// returns the branches in order.
+    ///
+    /// ```
+    /// # use weir_streams::dsl::StreamsBuilder;
+    /// # use weir_streams::testing::TopologyTestDriver;
+    /// let builder = StreamsBuilder::new();
+    /// let branches = builder.stream::<String, String>("in").split()
+    ///     .branch(|_, v| v.starts_with("error"))
+    ///     .default_branch();
+    /// assert_eq!(branches.len(), 2);
+    /// branches[1].to("not-errors");
+    /// # branches[0].to("errors");
+    /// let mut driver = TopologyTestDriver::new(builder.build().unwrap(), "app").unwrap();
+    /// driver.pipe("in", &"k".to_string(), &"error: disk".to_string(), 0).unwrap();
+    /// driver.pipe("in", &"k".to_string(), &"ok".to_string(), 0).unwrap();
+    /// let rest = driver.read_output::<String, String>("not-errors").unwrap();
+    /// assert_eq!(rest.iter().map(|r| r.value.as_str()).collect::<Vec<_>>(), vec!["ok"]);
+    /// ```
     pub fn default_branch(mut self) -> Vec<KStream<K, V>> {
         self.add(None);
         self.branches
     }
 
     /// Ends the split; records no predicate took are dropped.
+    ///
+    /// ```
+    /// # use weir_streams::dsl::StreamsBuilder;
+    /// # use weir_streams::testing::TopologyTestDriver;
+    /// let builder = StreamsBuilder::new();
+    /// let branches = builder.stream::<String, i64>("in").split()
+    ///     .branch(|_, v| v % 2 == 0)
+    ///     .no_default_branch();
+    /// assert_eq!(branches.len(), 1);
+    /// branches[0].to("even");
+    /// let mut driver = TopologyTestDriver::new(builder.build().unwrap(), "app").unwrap();
+    /// for v in [1i64, 2, 3] {
+    ///     driver.pipe("in", &"k".to_string(), &v, 0).unwrap();
+    /// }
+    /// let even = driver.read_output::<String, i64>("even").unwrap();
+    /// assert_eq!(even.iter().map(|r| r.value).collect::<Vec<_>>(), vec![2]); // 1 and 3 dropped
+    /// ```
     pub fn no_default_branch(self) -> Vec<KStream<K, V>> {
         self.branches
     }

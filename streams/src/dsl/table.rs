@@ -166,6 +166,20 @@ where
 
     /// The rows for which `predicate` holds; an update that fails it is a
     /// deletion downstream (as in Kafka Streams).
+    ///
+    /// ```
+    /// # use weir_streams::dsl::{Materialized, StreamsBuilder};
+    /// # use weir_streams::testing::TopologyTestDriver;
+    /// let builder = StreamsBuilder::new();
+    /// builder.table::<String, i64>("stock", Materialized::default())
+    ///     .filter(|_, count| *count > 0)
+    ///     .to_stream().to("in-stock");
+    /// let mut driver = TopologyTestDriver::new(builder.build().unwrap(), "shop").unwrap();
+    /// driver.pipe("stock", &"pen".to_string(), &Some(3i64), 0).unwrap();
+    /// driver.pipe("stock", &"pen".to_string(), &Some(0i64), 1).unwrap();
+    /// let out = driver.read_output::<String, Option<i64>>("in-stock").unwrap();
+    /// assert_eq!(out.iter().map(|r| r.value).collect::<Vec<_>>(), vec![Some(3), None]);
+    /// ```
     pub fn filter(&self, predicate: impl Fn(&K, &V) -> bool + Send + Sync + 'static) -> Self {
         self.derive(
             "KTABLE-FILTER",
@@ -183,6 +197,21 @@ where
     }
 
     /// The rows for which `predicate` does not hold.
+    ///
+    /// ```
+    /// # use weir_streams::dsl::{Materialized, StreamsBuilder};
+    /// # use weir_streams::testing::TopologyTestDriver;
+    /// let builder = StreamsBuilder::new();
+    /// builder.table::<String, String>("users", Materialized::default())
+    ///     .filter_not(|_, status| status == "banned")
+    ///     .to_stream().to("active-users");
+    /// let mut driver = TopologyTestDriver::new(builder.build().unwrap(), "app").unwrap();
+    /// driver.pipe("users", &"ada".to_string(), &Some("ok".to_string()), 0).unwrap();
+    /// driver.pipe("users", &"bob".to_string(), &Some("banned".to_string()), 1).unwrap();
+    /// let out = driver.read_output::<String, Option<String>>("active-users").unwrap();
+    /// let rows: Vec<_> = out.iter().map(|r| (r.key.as_str(), r.value.as_deref())).collect();
+    /// assert_eq!(rows, vec![("ada", Some("ok")), ("bob", None)]);
+    /// ```
     pub fn filter_not(&self, predicate: impl Fn(&K, &V) -> bool + Send + Sync + 'static) -> Self {
         self.filter(move |k, v| !predicate(k, v))
     }
@@ -333,6 +362,23 @@ where
     }
 
     /// Joins with another table: a row exists wherever this table has one.
+    ///
+    /// ```
+    /// # use weir_streams::dsl::{Materialized, StreamsBuilder};
+    /// # use weir_streams::testing::TopologyTestDriver;
+    /// let builder = StreamsBuilder::new();
+    /// let names = builder.table::<String, String>("names", Materialized::default());
+    /// let emails = builder.table::<String, String>("emails", Materialized::default());
+    /// names
+    ///     .left_join(&emails, |n, e| format!("{n} <{}>", e.map_or("?", String::as_str)))
+    ///     .to_stream().to("contacts");
+    /// let mut driver = TopologyTestDriver::new(builder.build().unwrap(), "app").unwrap();
+    /// driver.pipe("names", &"u1".to_string(), &Some("Ada".to_string()), 0).unwrap();
+    /// driver.pipe("emails", &"u1".to_string(), &Some("ada@x".to_string()), 1).unwrap();
+    /// let out = driver.read_output::<String, Option<String>>("contacts").unwrap();
+    /// let values: Vec<_> = out.iter().map(|r| r.value.as_deref()).collect();
+    /// assert_eq!(values, vec![Some("Ada <?>"), Some("Ada <ada@x>")]);
+    /// ```
     pub fn left_join<V2, VR>(
         &self,
         other: &KTable<K, V2>,
@@ -350,6 +396,24 @@ where
     }
 
     /// Joins with another table: a row exists wherever either has one.
+    ///
+    /// ```
+    /// # use weir_streams::dsl::{Materialized, StreamsBuilder};
+    /// # use weir_streams::testing::TopologyTestDriver;
+    /// let builder = StreamsBuilder::new();
+    /// let names = builder.table::<String, String>("names", Materialized::default());
+    /// let emails = builder.table::<String, String>("emails", Materialized::default());
+    /// names
+    ///     .outer_join(&emails, |n, e| (n.cloned(), e.cloned()))
+    ///     .map_values(|(n, e)| format!("{} <{}>", n.unwrap_or_default(), e.unwrap_or_default()))
+    ///     .to_stream().to("contacts");
+    /// let mut driver = TopologyTestDriver::new(builder.build().unwrap(), "app").unwrap();
+    /// driver.pipe("emails", &"u2".to_string(), &Some("bob@x".to_string()), 0).unwrap();
+    /// driver.pipe("names", &"u2".to_string(), &Some("Bob".to_string()), 1).unwrap();
+    /// let out = driver.read_output::<String, Option<String>>("contacts").unwrap();
+    /// let values: Vec<_> = out.iter().map(|r| r.value.as_deref()).collect();
+    /// assert_eq!(values, vec![Some(" <bob@x>"), Some("Bob <bob@x>")]);
+    /// ```
     pub fn outer_join<V2, VR>(
         &self,
         other: &KTable<K, V2>,
@@ -577,6 +641,25 @@ where
 
     /// As [`join`](Self::join), but every record is kept: the joiner sees
     /// `None` when the key has no row.
+    ///
+    /// ```
+    /// # use weir_streams::dsl::{Materialized, StreamsBuilder};
+    /// # use weir_streams::testing::TopologyTestDriver;
+    /// let builder = StreamsBuilder::new();
+    /// let customers = builder.table::<String, String>("customers", Materialized::default());
+    /// builder.stream::<String, i64>("orders")
+    ///     .left_join(&customers, |amount, name| {
+    ///         format!("{} paid {amount}", name.map_or("someone", String::as_str))
+    ///     })
+    ///     .to("enriched");
+    /// let mut driver = TopologyTestDriver::new(builder.build().unwrap(), "shop").unwrap();
+    /// driver.pipe("customers", &"c1".to_string(), &Some("Ada".to_string()), 0).unwrap();
+    /// driver.pipe("orders", &"c1".to_string(), &30i64, 1).unwrap();
+    /// driver.pipe("orders", &"c2".to_string(), &99i64, 2).unwrap();
+    /// let out = driver.read_output::<String, String>("enriched").unwrap();
+    /// let values: Vec<_> = out.iter().map(|r| r.value.as_str()).collect();
+    /// assert_eq!(values, vec!["Ada paid 30", "someone paid 99"]);
+    /// ```
     pub fn left_join<VT, VR>(
         &self,
         table: &KTable<K, VT>,
