@@ -43,12 +43,30 @@ pub struct SlidingWindows {
 }
 
 impl SlidingWindows {
-    /// Windows of `difference`; late records are dropped.
+    /// Windows of `difference` and no grace: a record is dropped as late once
+    /// its right window `[t + 1, t + 1 + difference]` ends before stream time
+    /// (Kafka's `ofTimeDifferenceWithNoGrace`).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use weir_streams::dsl::SlidingWindows;
+    /// let w = SlidingWindows::of_time_difference_with_no_grace(Duration::from_secs(5));
+    /// assert_eq!((w.time_difference_ms(), w.grace_ms()), (5_000, 0));
+    /// ```
     pub fn of_time_difference_with_no_grace(difference: Duration) -> Self {
         Self::of_time_difference_and_grace(difference, Duration::ZERO)
     }
 
-    /// Windows of `difference`, accepting records up to `grace` late.
+    /// Windows of `difference`, whose updates are accepted until stream time
+    /// passes their end by more than `grace` (Kafka's
+    /// `ofTimeDifferenceAndGrace`).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use weir_streams::dsl::SlidingWindows;
+    /// let w = SlidingWindows::of_time_difference_and_grace(Duration::from_millis(300), Duration::from_millis(50));
+    /// assert_eq!((w.time_difference_ms(), w.grace_ms()), (300, 50));
+    /// ```
     pub fn of_time_difference_and_grace(difference: Duration, grace: Duration) -> Self {
         SlidingWindows {
             diff_ms: ms(difference),
@@ -56,19 +74,51 @@ impl SlidingWindows {
         }
     }
 
-    /// The windows' length in ms.
+    /// The windows' length in ms: a window spans `[start, start + this]`,
+    /// both ends included.
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// # use weir_streams::dsl::SlidingWindows;
+    /// let w = SlidingWindows::of_time_difference_with_no_grace(Duration::from_millis(1_500));
+    /// assert_eq!(w.time_difference_ms(), 1_500);
+    /// ```
     pub fn time_difference_ms(&self) -> i64 {
         self.diff_ms
     }
 
     /// The grace period in ms.
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// # use weir_streams::dsl::SlidingWindows;
+    /// let w = SlidingWindows::of_time_difference_and_grace(Duration::from_secs(1), Duration::from_millis(250));
+    /// assert_eq!(w.grace_ms(), 250);
+    /// ```
     pub fn grace_ms(&self) -> i64 {
         self.grace_ms
     }
 }
 
 /// A grouped stream with sliding windows (Kafka Streams'
-/// `SlidingWindowedKStream`).
+/// `SlidingWindowedKStream`), from [`KGroupedStream::windowed_by_sliding`]:
+/// [`count`](Self::count), [`reduce`](Self::reduce) or
+/// [`aggregate`](Self::aggregate) give a table of `Windowed<K>` whose window
+/// end is its start plus the time difference.
+///
+/// ```
+/// # use std::time::Duration;
+/// # use weir_streams::dsl::{SlidingWindowedKStream, SlidingWindows, StreamsBuilder};
+/// let builder = StreamsBuilder::new();
+/// let windowed: SlidingWindowedKStream<String, String> = builder
+///     .stream::<String, String>("clicks")
+///     .group_by_key()
+///     .windowed_by_sliding(SlidingWindows::of_time_difference_with_no_grace(Duration::from_secs(30)));
+/// windowed.count().to_stream().to("clicks-in-any-30s");
+/// # builder.build().unwrap();
+/// ```
+///
+/// [`KGroupedStream::windowed_by_sliding`]: crate::dsl::KGroupedStream::windowed_by_sliding
 pub struct SlidingWindowedKStream<K, V> {
     pub(crate) stream: KStream<K, V>,
     pub(crate) windows: SlidingWindows,
@@ -88,7 +138,25 @@ where
     K: Serde + Clone,
     V: Serde + Clone,
 {
-    /// Names the window store, keeps it in memory, or sets its retention.
+    /// Names the window store, keeps it in memory, or sets its retention. The
+    /// records behind the windows go to a second window store,
+    /// `<name>-records`, with the same options.
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// # use weir_streams::dsl::{Materialized, SlidingWindows, StreamsBuilder};
+    /// # use weir_streams::testing::TopologyTestDriver;
+    /// let builder = StreamsBuilder::new();
+    /// builder.stream::<String, String>("clicks").group_by_key()
+    ///     .windowed_by_sliding(SlidingWindows::of_time_difference_with_no_grace(Duration::from_millis(10)))
+    ///     .materialized(Materialized::as_("recent-clicks"))
+    ///     .count();
+    /// let mut driver = TopologyTestDriver::new(builder.build().unwrap(), "app").unwrap();
+    /// driver.pipe("clicks", &"u".to_string(), &"c".to_string(), 30).unwrap();
+    /// let u = "u".to_string();
+    /// // The record's left window [20, 30].
+    /// assert_eq!(driver.window_fetch::<String, i64>("recent-clicks", &u, 0, 100).unwrap(), vec![(20, 1)]);
+    /// ```
     pub fn materialized(mut self, materialized: Materialized) -> Self {
         self.materialized = materialized;
         self
@@ -169,6 +237,25 @@ where
     }
 
     /// Combines the values of each key and window with `reducer`.
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// # use weir_streams::dsl::{SlidingWindows, StreamsBuilder, Windowed};
+    /// # use weir_streams::testing::TopologyTestDriver;
+    /// let builder = StreamsBuilder::new();
+    /// builder.stream::<String, i64>("spend").group_by_key()
+    ///     .windowed_by_sliding(SlidingWindows::of_time_difference_with_no_grace(Duration::from_millis(10)))
+    ///     .reduce(|a, b| a + b)
+    ///     .to_stream().to("spend-in-any-10ms");
+    /// let mut driver = TopologyTestDriver::new(builder.build().unwrap(), "app").unwrap();
+    /// for (amount, ts) in [(5i64, 20), (7, 25)] {
+    ///     driver.pipe("spend", &"u".to_string(), &amount, ts).unwrap();
+    /// }
+    /// let out = driver.read_output::<Windowed<String>, Option<i64>>("spend-in-any-10ms").unwrap();
+    /// let got: Vec<_> = out.iter().map(|r| (r.key.window.start, r.value)).collect();
+    /// // [10,20] = 5, then [15,25] = 5 + 7 and [21,31] = 7.
+    /// assert_eq!(got, vec![(10, Some(5)), (15, Some(12)), (21, Some(7))]);
+    /// ```
     pub fn reduce(
         &self,
         reducer: impl Fn(V, V) -> V + Send + Sync + 'static,
@@ -184,6 +271,25 @@ where
 
     /// Folds the values of each key and window (in timestamp order) into an
     /// aggregate that starts at `initializer()`.
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// # use weir_streams::dsl::{SlidingWindows, StreamsBuilder, Windowed};
+    /// # use weir_streams::testing::TopologyTestDriver;
+    /// let builder = StreamsBuilder::new();
+    /// builder.stream::<String, String>("pages").group_by_key()
+    ///     .windowed_by_sliding(SlidingWindows::of_time_difference_with_no_grace(Duration::from_millis(10)))
+    ///     .aggregate(String::new, |_, page, trail: String| trail + &page)
+    ///     .to_stream().to("trails");
+    /// let mut driver = TopologyTestDriver::new(builder.build().unwrap(), "app").unwrap();
+    /// for (page, ts) in [("b", 25), ("a", 20)] {
+    ///     driver.pipe("pages", &"u".to_string(), &page.to_string(), ts).unwrap();
+    /// }
+    /// let out = driver.read_output::<Windowed<String>, Option<String>>("trails").unwrap();
+    /// let last = out.iter().rfind(|r| r.key.window.start == 15).unwrap();
+    /// // [15, 25] holds both, folded in timestamp order though "b" came first.
+    /// assert_eq!(last.value.as_deref(), Some("ab"));
+    /// ```
     pub fn aggregate<A>(
         &self,
         initializer: impl Fn() -> A + Send + Sync + 'static,
