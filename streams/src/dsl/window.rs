@@ -31,12 +31,29 @@ pub struct TimeWindows {
 impl TimeWindows {
     /// Tumbling windows of `size`; a record later than its window's end is
     /// dropped.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use weir_streams::dsl::TimeWindows;
+    /// let w = TimeWindows::of_size_with_no_grace(Duration::from_secs(60));
+    /// assert_eq!((w.size_ms(), w.grace_ms()), (60_000, 0));
+    /// assert_eq!(w.windows_for(59_999), vec![(0, 60_000)]);
+    /// ```
     pub fn of_size_with_no_grace(size: Duration) -> Self {
         Self::of_size_and_grace(size, Duration::ZERO)
     }
 
     /// Tumbling windows of `size` that accept records up to `grace` after
     /// their end (in stream time).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use weir_streams::dsl::TimeWindows;
+    /// let w = TimeWindows::of_size_and_grace(Duration::from_secs(60), Duration::from_secs(5));
+    /// assert_eq!((w.size_ms(), w.grace_ms()), (60_000, 5_000));
+    /// // Still tumbling: one window per record.
+    /// assert_eq!(w.windows_for(60_000), vec![(60_000, 120_000)]);
+    /// ```
     pub fn of_size_and_grace(size: Duration, grace: Duration) -> Self {
         let size_ms = ms(size).max(1);
         TimeWindows {
@@ -47,12 +64,34 @@ impl TimeWindows {
     }
 
     /// Hopping windows: a new window every `advance` (at most the size).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use weir_streams::dsl::TimeWindows;
+    /// let w = TimeWindows::of_size_with_no_grace(Duration::from_secs(10))
+    ///     .advance_by(Duration::from_secs(5));
+    /// assert_eq!(w.windows_for(12_000), vec![(5_000, 15_000), (10_000, 20_000)]);
+    /// // An advance longer than the size is clamped to it (tumbling).
+    /// let t = TimeWindows::of_size_with_no_grace(Duration::from_secs(10))
+    ///     .advance_by(Duration::from_secs(60));
+    /// assert_eq!(t.windows_for(12_000), vec![(10_000, 20_000)]);
+    /// ```
     pub fn advance_by(mut self, advance: Duration) -> Self {
         self.advance_ms = ms(advance).clamp(1, self.size_ms);
         self
     }
 
     /// The windows `(start, end)` that contain `timestamp`, oldest first.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use weir_streams::dsl::TimeWindows;
+    /// let w = TimeWindows::of_size_with_no_grace(Duration::from_millis(300))
+    ///     .advance_by(Duration::from_millis(100));
+    /// // No window starts before 0.
+    /// assert_eq!(w.windows_for(50), vec![(0, 300)]);
+    /// assert_eq!(w.windows_for(250), vec![(0, 300), (100, 400), (200, 500)]);
+    /// ```
     pub fn windows_for(&self, timestamp: i64) -> Vec<(i64, i64)> {
         let mut start =
             (timestamp - self.size_ms + self.advance_ms).max(0) / self.advance_ms * self.advance_ms;
@@ -65,11 +104,24 @@ impl TimeWindows {
     }
 
     /// The window size in ms.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use weir_streams::dsl::TimeWindows;
+    /// assert_eq!(TimeWindows::of_size_with_no_grace(Duration::from_secs(2)).size_ms(), 2_000);
+    /// ```
     pub fn size_ms(&self) -> i64 {
         self.size_ms
     }
 
     /// The grace period in ms.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use weir_streams::dsl::TimeWindows;
+    /// let w = TimeWindows::of_size_and_grace(Duration::from_secs(60), Duration::from_millis(1500));
+    /// assert_eq!(w.grace_ms(), 1_500);
+    /// ```
     pub fn grace_ms(&self) -> i64 {
         self.grace_ms
     }
@@ -95,12 +147,26 @@ pub struct SessionWindows {
 
 impl SessionWindows {
     /// Sessions closed by `gap` of inactivity; late records are dropped.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use weir_streams::dsl::SessionWindows;
+    /// let s = SessionWindows::of_inactivity_gap_with_no_grace(Duration::from_secs(30));
+    /// assert_eq!((s.gap_ms(), s.grace_ms()), (30_000, 0));
+    /// ```
     pub fn of_inactivity_gap_with_no_grace(gap: Duration) -> Self {
         Self::of_inactivity_gap_and_grace(gap, Duration::ZERO)
     }
 
     /// Sessions closed by `gap` of inactivity, accepting records up to
     /// `grace` after a session's end (in stream time).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use weir_streams::dsl::SessionWindows;
+    /// let s = SessionWindows::of_inactivity_gap_and_grace(Duration::from_secs(30), Duration::from_secs(2));
+    /// assert_eq!((s.gap_ms(), s.grace_ms()), (30_000, 2_000));
+    /// ```
     pub fn of_inactivity_gap_and_grace(gap: Duration, grace: Duration) -> Self {
         SessionWindows {
             gap_ms: ms(gap).max(1),
@@ -109,11 +175,25 @@ impl SessionWindows {
     }
 
     /// The inactivity gap in ms.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use weir_streams::dsl::SessionWindows;
+    /// // A zero gap is raised to 1 ms.
+    /// assert_eq!(SessionWindows::of_inactivity_gap_with_no_grace(Duration::ZERO).gap_ms(), 1);
+    /// ```
     pub fn gap_ms(&self) -> i64 {
         self.gap_ms
     }
 
     /// The grace period in ms.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use weir_streams::dsl::SessionWindows;
+    /// let s = SessionWindows::of_inactivity_gap_and_grace(Duration::from_secs(1), Duration::from_millis(250));
+    /// assert_eq!(s.grace_ms(), 250);
+    /// ```
     pub fn grace_ms(&self) -> i64 {
         self.grace_ms
     }
@@ -121,6 +201,14 @@ impl SessionWindows {
 
 /// A window: `[start, end)` for time windows, `[start, end]` (the first and
 /// last record's timestamps) for sessions.
+///
+/// ```
+/// use weir_streams::dsl::Window;
+/// let a = Window { start: 0, end: 60_000 };
+/// let b = Window { start: 60_000, end: 120_000 };
+/// // Windows order by start, then end.
+/// assert!(a < b);
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Window {
     /// The window's start, ms.
@@ -159,6 +247,12 @@ pub struct Windowed<K> {
 
 impl<K> Windowed<K> {
     /// A time-windowed key.
+    ///
+    /// ```
+    /// use weir_streams::dsl::{Window, Windowed};
+    /// let w = Windowed::new(42i64, Window { start: 0, end: 1_000 });
+    /// assert_eq!((w.key, w.window.end), (42, 1_000));
+    /// ```
     pub fn new(key: K, window: Window) -> Self {
         Windowed { key, window }
     }
@@ -185,6 +279,12 @@ pub struct SessionWindowed<K> {
 
 impl<K> SessionWindowed<K> {
     /// A session-windowed key.
+    ///
+    /// ```
+    /// use weir_streams::dsl::{SessionWindowed, Window};
+    /// let s = SessionWindowed::new("u1".to_string(), Window { start: 5, end: 9 });
+    /// assert_eq!((s.key.as_str(), s.window.start, s.window.end), ("u1", 5, 9));
+    /// ```
     pub fn new(key: K, window: Window) -> Self {
         SessionWindowed { key, window }
     }
@@ -255,6 +355,16 @@ impl<K: Serde> Serde for SessionWindowed<K> {
 }
 
 /// A windowed key type: what `suppress` needs to know of it.
+///
+/// ```
+/// use weir_streams::dsl::{SessionWindowed, Window, Windowed, WindowedKey};
+/// let t = Windowed::new(1i32, Window { start: 0, end: i64::MAX });
+/// // A time-windowed key read back from a topic regains its end.
+/// assert_eq!(t.with_end(60_000).window_end(), 60_000);
+/// // A session key carries its own end.
+/// let s = SessionWindowed::new(1i32, Window { start: 0, end: 10 });
+/// assert_eq!(s.with_end(99).window_end(), 10);
+/// ```
 pub trait WindowedKey: Serde + Clone {
     /// The window's end, ms: a window is final once stream time passes its
     /// end plus the grace period.
