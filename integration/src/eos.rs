@@ -81,7 +81,7 @@ use weir_client::transaction::{
 use weir_client::{ClientError, Cluster};
 use weir_protocol::ApiKey;
 use weir_protocol::kafka_protocol::messages::RequestKind;
-use weir_protocol::records::{ControlKind, DecodeOptions, decode_batches, split_batches};
+use weir_protocol::records::{ControlKind, DecodeOptions, Record, decode_batches, split_batches};
 use weir_testkit::{
     ClientSelector, FaultId, Intercept, InterceptAction, PartitionTarget, RequestMatcher,
 };
@@ -716,7 +716,19 @@ fn check_reading(
     Ok(())
 }
 
-/// The committed values of one partition's raw log (whole batches, as
+/// The committed values of one partition's raw log, as strings, in offset
+/// order: [`visible_records`], values only.
+///
+/// # Errors
+/// As [`visible_records`].
+pub fn visible_in_log(log: &Bytes) -> Result<Vec<String>, String> {
+    Ok(visible_records(log)?
+        .into_iter()
+        .map(|r| String::from_utf8_lossy(r.value.as_deref().unwrap_or_default()).into_owned())
+        .collect())
+}
+
+/// The committed records of one partition's raw log (whole batches, as
 /// [`weir_testkit::Cluster::raw_log`] returns them), in offset order,
 /// computed with Kafka's rule and nothing of the broker's or the consumer's
 /// read path: a non-transactional batch is visible; a transactional batch
@@ -728,16 +740,16 @@ fn check_reading(
 /// # Errors
 /// The log does not decode (CRCs are checked), ends inside a batch, or
 /// holds a control batch that is not transactional or has no control key.
-pub fn visible_in_log(log: &Bytes) -> Result<Vec<String>, String> {
+pub fn visible_records(log: &Bytes) -> Result<Vec<Record>, String> {
     let decoded = decode_batches(log, &DecodeOptions::default())
         .map_err(|e| format!("the log does not decode: {e}"))?;
     if decoded.truncated_tail {
         return Err("the log ends inside a batch".to_owned());
     }
-    let mut visible: Vec<(i64, String)> = Vec::new();
+    let mut visible = Vec::new();
     // Per producer id, its transactional records not yet followed by a marker.
-    let mut pending: BTreeMap<i64, Vec<(i64, String)>> = BTreeMap::new();
-    for batch in &decoded.batches {
+    let mut pending: BTreeMap<i64, Vec<Record>> = BTreeMap::new();
+    for batch in decoded.batches {
         let h = batch.header;
         if h.is_control() {
             if !h.is_transactional() {
@@ -760,20 +772,17 @@ pub fn visible_in_log(log: &Bytes) -> Result<Vec<String>, String> {
             }
             continue;
         }
-        let records = batch.records.iter().map(|r| {
-            (
-                r.offset,
-                String::from_utf8_lossy(r.value.as_deref().unwrap_or_default()).into_owned(),
-            )
-        });
         if h.is_transactional() {
-            pending.entry(h.producer_id).or_default().extend(records);
+            pending
+                .entry(h.producer_id)
+                .or_default()
+                .extend(batch.records);
         } else {
-            visible.extend(records);
+            visible.extend(batch.records);
         }
     }
-    visible.sort_by_key(|(offset, _)| *offset);
-    Ok(visible.into_iter().map(|(_, v)| v).collect())
+    visible.sort_by_key(|r: &Record| r.offset);
+    Ok(visible)
 }
 
 fn parse_output(value: &str) -> Option<(usize, &str)> {

@@ -3,4 +3,5 @@
 
 pub mod eos;
 pub mod eos_group;
+pub mod streams_checker;
 pub mod testkit_dial;

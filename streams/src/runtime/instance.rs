@@ -285,7 +285,10 @@ pub(crate) async fn run(
         let (tx, rx) = mpsc::unbounded_channel();
         let worker = Worker::new(Arc::clone(&rt), index, report_tx.clone())?;
         senders.push(tx);
-        handles.push(tokio::spawn(worker.run(rx)));
+        handles.push(tokio::spawn(tracing::Instrument::instrument(
+            worker.run(rx),
+            tracing::Span::current(),
+        )));
     }
     let (caught_up, mut caught_up_rx) = mpsc::unbounded_channel();
     let mut instance = Instance {

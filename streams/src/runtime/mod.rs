@@ -466,11 +466,13 @@ impl KafkaStreams {
         let globals = global_boot.map(|b| global::GlobalStores::follow(Arc::clone(&runtime), b));
         let (state_tx, state) = watch::channel(State::Rebalancing);
         let (shutdown, shutdown_rx) = oneshot::channel();
-        let instance = tokio::spawn(instance::run(
-            Arc::clone(&runtime),
-            member,
-            state_tx,
-            shutdown_rx,
+        // Every log line of the instance (its workers' too) names it: with
+        // several instances in one process they are otherwise one stream.
+        let span =
+            tracing::info_span!("streams_instance", client_id = %runtime.config.client.client_id);
+        let instance = tokio::spawn(tracing::Instrument::instrument(
+            instance::run(Arc::clone(&runtime), member, state_tx, shutdown_rx),
+            span,
         ));
         Ok(KafkaStreams {
             runtime,

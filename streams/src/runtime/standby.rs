@@ -47,7 +47,10 @@ impl Standby {
         caught_up: mpsc::UnboundedSender<(TaskId, u64)>,
     ) -> Standby {
         let (stop, stopped) = watch::channel(false);
-        let handle = tokio::spawn(follow(rt, task, stopped, caught_up));
+        let handle = tokio::spawn(tracing::Instrument::instrument(
+            follow(rt, task, stopped, caught_up),
+            tracing::Span::current(),
+        ));
         Standby {
             stop,
             handle: Some(handle),

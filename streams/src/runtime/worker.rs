@@ -346,7 +346,10 @@ impl Worker {
 
     fn start_restore(&mut self, id: TaskId, _parts: Vec<TopicPartition>) {
         let rt = Arc::clone(&self.rt);
-        let handle = tokio::spawn(async move { (id, restore::prepare(rt, id).await) });
+        let handle = tokio::spawn(tracing::Instrument::instrument(
+            async move { (id, restore::prepare(rt, id).await) },
+            tracing::Span::current(),
+        ));
         self.restoring.insert(id, handle);
     }
 
