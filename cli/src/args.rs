@@ -39,6 +39,13 @@ pub enum Command {
         #[command(subcommand)]
         command: StoreCommand,
     },
+    /// Load-test a topic: produce or consume at full speed (or a capped rate)
+    /// and report throughput and latency percentiles.
+    Perf {
+        /// The perf command.
+        #[command(subcommand)]
+        command: crate::perf::PerfCommand,
+    },
 }
 
 /// Where the cluster is, and extra client properties.

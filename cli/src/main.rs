@@ -11,6 +11,7 @@ mod demo;
 mod format;
 mod groups_cmd;
 mod offsets;
+mod perf;
 mod produce;
 mod store_cmd;
 mod topics;
@@ -64,6 +65,7 @@ fn run_async(command: Command) -> Result<(), String> {
             Command::Offsets(args) => offsets::run(args).await,
             Command::Groups(args) => groups_cmd::run(&args.connect.brokers, args.command).await,
             Command::Demo(args) => demo::run(args).await,
+            Command::Perf { command } => perf::run(command).await,
             Command::Store { .. } => Err("store commands run without the async runtime".into()),
         }
     })

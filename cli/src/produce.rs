@@ -8,7 +8,7 @@ use weir_client::producer::{Producer, ProducerRecord};
 use crate::args::{Codec, ProduceArgs};
 use crate::connect::{admin, as_pairs, topic};
 
-fn codec_name(codec: Codec) -> &'static str {
+pub(crate) fn codec_name(codec: Codec) -> &'static str {
     match codec {
         Codec::None => "none",
         Codec::Gzip => "gzip",
