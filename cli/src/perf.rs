@@ -74,9 +74,6 @@ impl PerfAcks {
 #[derive(Debug, Args)]
 #[command(group(ArgGroup::new("amount").required(true).args(["records", "duration"])))]
 pub struct PerfProduceArgs {
-    /// The cluster.
-    #[command(flatten)]
-    pub connect: ConnectArgs,
     /// The topic (it must exist).
     #[arg(short = 't', long)]
     pub topic: String,
@@ -113,9 +110,6 @@ pub struct PerfProduceArgs {
 #[derive(Debug, Args)]
 #[command(group(ArgGroup::new("amount").required(true).args(["records", "duration"])))]
 pub struct PerfConsumeArgs {
-    /// The cluster.
-    #[command(flatten)]
-    pub connect: ConnectArgs,
     /// The topic.
     #[arg(short = 't', long)]
     pub topic: String,
@@ -139,10 +133,10 @@ pub struct PerfConsumeArgs {
 }
 
 /// Runs a perf command.
-pub async fn run(command: PerfCommand) -> Result<(), String> {
+pub async fn run(command: PerfCommand, connect: &ConnectArgs) -> Result<(), String> {
     match command {
-        PerfCommand::Produce(args) => run_produce(args).await,
-        PerfCommand::Consume(args) => run_consume(args).await,
+        PerfCommand::Produce(args) => run_produce(args, connect).await,
+        PerfCommand::Consume(args) => run_consume(args, connect).await,
     }
 }
 
@@ -528,11 +522,11 @@ fn print_summary(summary: &Summary, verb: &str, json: bool) {
     }
 }
 
-async fn run_produce(args: PerfProduceArgs) -> Result<(), String> {
+async fn run_produce(args: PerfProduceArgs, connect: &ConnectArgs) -> Result<(), String> {
     // Fail fast on an unreachable broker or an unknown topic.
-    let admin = admin(&args.connect).await?;
+    let admin = admin(connect).await?;
     topic(&admin, &args.topic).await?;
-    let mut props = args.connect.properties()?;
+    let mut props = connect.properties()?;
     if let Some(acks) = args.acks {
         props.push(("acks".into(), acks.property().into()));
     }
@@ -589,10 +583,10 @@ fn record_bytes(r: &ConsumerRecord) -> u64 {
     (r.key.as_ref().map_or(0, Bytes::len) + r.value.as_ref().map_or(0, Bytes::len)) as u64
 }
 
-async fn run_consume(args: PerfConsumeArgs) -> Result<(), String> {
-    let admin = admin(&args.connect).await?;
+async fn run_consume(args: PerfConsumeArgs, connect: &ConnectArgs) -> Result<(), String> {
+    let admin = admin(connect).await?;
     let meta = topic(&admin, &args.topic).await?;
-    let mut props = args.connect.properties()?;
+    let mut props = connect.properties()?;
     let mut source = match &args.group {
         Some(group) => {
             props.push(("auto.offset.reset".into(), "earliest".into()));
