@@ -9,6 +9,10 @@ use crate::store_cmd::StoreCommand;
 #[derive(Debug, Parser)]
 #[command(name = "weir", version, about)]
 pub struct Cli {
+    /// The cluster: `-b` and `-X` are global, so they are accepted before
+    /// the subcommand name or anywhere after it.
+    #[command(flatten)]
+    pub connect: ConnectArgs,
     /// What to do.
     #[command(subcommand)]
     pub command: Command,
@@ -32,35 +36,83 @@ pub enum Command {
     /// Run a stateful word count on an embedded cluster (no setup needed).
     Demo(crate::demo::DemoArgs),
     /// List consumer groups, or describe their members, assignments and lag.
-    Groups(GroupsArgs),
+    Groups {
+        /// The groups command.
+        #[command(subcommand)]
+        command: GroupsCommand,
+    },
     /// Inspect a Weir state store directory (no broker needed).
     Store {
         /// The store command.
         #[command(subcommand)]
         command: StoreCommand,
     },
+    /// Load-test a topic: produce or consume at full speed (or a capped rate)
+    /// and report throughput and latency percentiles.
+    Perf {
+        /// The perf command.
+        #[command(subcommand)]
+        command: crate::perf::PerfCommand,
+    },
 }
 
 /// Where the cluster is, and extra client properties.
-#[derive(Debug, Clone, Args)]
+///
+/// Both arguments are global: `weir -b H groups describe G`,
+/// `weir groups -b H describe G` and `weir groups describe -b H G` are the
+/// same command. Commands that need no broker (`store`, `demo`) ignore them.
+#[derive(Debug, Clone, Default, Args)]
 pub struct ConnectArgs {
     /// Bootstrap brokers, HOST:PORT[,HOST:PORT…].
-    #[arg(short = 'b', long = "brokers", env = "KAFKA_BOOTSTRAP")]
-    pub brokers: String,
+    #[arg(short = 'b', long = "brokers", env = "KAFKA_BOOTSTRAP", global = true)]
+    pub brokers: Option<String>,
     /// Extra client properties, Kafka-named: -X linger.ms=5 (repeatable).
-    #[arg(short = 'X', value_name = "KEY=VALUE")]
+    #[arg(short = 'X', value_name = "KEY=VALUE", global = true)]
     pub properties: Vec<String>,
 }
 
+/// What is wrong with the connection arguments.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ConnectError {
+    /// Neither `-b` nor `$KAFKA_BOOTSTRAP` was given to a command that needs a broker.
+    #[error("no brokers: pass -b HOST:PORT or set KAFKA_BOOTSTRAP")]
+    NoBrokers,
+    /// A `-X` argument without `=`.
+    #[error("-X {0}: expected KEY=VALUE")]
+    BadProperty(String),
+}
+
 impl ConnectArgs {
+    /// The bootstrap brokers.
+    ///
+    /// # Errors
+    /// [`ConnectError::NoBrokers`] when neither `-b` nor `$KAFKA_BOOTSTRAP` is set.
+    pub fn brokers(&self) -> Result<&str, ConnectError> {
+        self.brokers
+            .as_deref()
+            .filter(|b| !b.trim().is_empty())
+            .ok_or(ConnectError::NoBrokers)
+    }
+
     /// The properties as key/value pairs, bootstrap.servers first.
+    ///
+    /// # Errors
+    /// The message of a [`ConnectError`]: no brokers, or a `-X` without `=`.
     pub fn properties(&self) -> Result<Vec<(String, String)>, String> {
-        let mut props = vec![("bootstrap.servers".to_owned(), self.brokers.clone())];
+        self.try_properties().map_err(|e| e.to_string())
+    }
+
+    /// [`ConnectArgs::properties`] with the typed error.
+    ///
+    /// # Errors
+    /// [`ConnectError::NoBrokers`] or [`ConnectError::BadProperty`].
+    pub fn try_properties(&self) -> Result<Vec<(String, String)>, ConnectError> {
+        let mut props = vec![("bootstrap.servers".to_owned(), self.brokers()?.to_owned())];
         props.push(("client.id".to_owned(), "weir-cli".to_owned()));
         for p in &self.properties {
             let (k, v) = p
                 .split_once('=')
-                .ok_or_else(|| format!("-X {p}: expected KEY=VALUE"))?;
+                .ok_or_else(|| ConnectError::BadProperty(p.clone()))?;
             props.push((k.trim().to_owned(), v.trim().to_owned()));
         }
         Ok(props)
@@ -85,9 +137,6 @@ pub enum Codec {
 /// `weir produce`.
 #[derive(Debug, Args)]
 pub struct ProduceArgs {
-    /// The cluster.
-    #[command(flatten)]
-    pub connect: ConnectArgs,
     /// The topic.
     #[arg(short = 't', long)]
     pub topic: String,
@@ -122,9 +171,6 @@ pub enum Isolation {
 /// `weir consume`.
 #[derive(Debug, Args)]
 pub struct ConsumeArgs {
-    /// The cluster.
-    #[command(flatten)]
-    pub connect: ConnectArgs,
     /// The topic.
     #[arg(short = 't', long)]
     pub topic: String,
@@ -161,16 +207,9 @@ pub struct ConsumeArgs {
 #[derive(Debug, Subcommand)]
 pub enum TopicsCommand {
     /// List topics with their partition counts.
-    List {
-        /// The cluster.
-        #[command(flatten)]
-        connect: ConnectArgs,
-    },
+    List,
     /// Create a topic.
     Create {
-        /// The cluster.
-        #[command(flatten)]
-        connect: ConnectArgs,
         /// The topic name.
         name: String,
         /// Partitions.
@@ -185,40 +224,105 @@ pub enum TopicsCommand {
     },
     /// Delete a topic.
     Delete {
-        /// The cluster.
-        #[command(flatten)]
-        connect: ConnectArgs,
         /// The topic name.
         name: String,
     },
     /// Show a topic's partitions, leaders and configs.
     Describe {
-        /// The cluster.
-        #[command(flatten)]
-        connect: ConnectArgs,
         /// The topic name.
         name: String,
     },
 }
 
-/// `weir groups …`.
-#[derive(Debug, Args)]
-pub struct GroupsArgs {
-    /// The cluster.
-    #[command(flatten)]
-    pub connect: ConnectArgs,
-    /// The groups command.
-    #[command(subcommand)]
-    pub command: GroupsCommand,
-}
-
 /// `weir offsets`.
 #[derive(Debug, Args)]
 pub struct OffsetsArgs {
-    /// The cluster.
-    #[command(flatten)]
-    pub connect: ConnectArgs,
     /// The topic.
     #[arg(short = 't', long)]
     pub topic: String,
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::{CommandFactory, Parser};
+
+    use super::*;
+
+    fn parse(line: &str) -> Cli {
+        Cli::try_parse_from(line.split_whitespace()).unwrap_or_else(|e| panic!("{line}: {e}"))
+    }
+
+    #[test]
+    fn the_command_line_is_well_formed() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn brokers_and_properties_are_accepted_before_or_after_any_subcommand_name() {
+        for line in [
+            "weir -b h:1 -X a=1 groups describe g",
+            "weir groups -b h:1 -X a=1 describe g",
+            "weir groups describe -b h:1 -X a=1 g",
+            "weir groups describe g -X a=1 --brokers h:1",
+        ] {
+            let cli = parse(line);
+            assert_eq!(cli.connect.brokers.as_deref(), Some("h:1"), "{line}");
+            assert_eq!(cli.connect.properties, ["a=1"], "{line}");
+            assert!(
+                matches!(&cli.command, Command::Groups { command: GroupsCommand::Describe { groups } } if groups == &["g"]),
+                "{line}: {:?}",
+                cli.command
+            );
+        }
+        for line in [
+            "weir -b h:1 topics create t -p 2",
+            "weir topics -b h:1 create t -p 2",
+            "weir topics create -b h:1 t -p 2",
+            "weir -b h:1 produce -t t",
+            "weir consume -t t -b h:1",
+            "weir offsets -b h:1 -t t",
+            "weir -b h:1 groups list",
+            "weir groups list -b h:1",
+        ] {
+            assert_eq!(
+                parse(line).connect.brokers.as_deref(),
+                Some("h:1"),
+                "{line}"
+            );
+        }
+    }
+
+    #[test]
+    fn store_and_demo_need_no_brokers() {
+        assert!(matches!(
+            parse("weir store offsets /x").command,
+            Command::Store { .. }
+        ));
+        assert!(matches!(parse("weir demo").command, Command::Demo(_)));
+    }
+
+    #[test]
+    fn missing_brokers_and_bad_properties_are_typed_errors() {
+        let none = ConnectArgs::default();
+        assert_eq!(none.try_properties(), Err(ConnectError::NoBrokers));
+        assert_eq!(
+            none.properties().unwrap_err(),
+            "no brokers: pass -b HOST:PORT or set KAFKA_BOOTSTRAP"
+        );
+        let bad = ConnectArgs {
+            brokers: Some("h:1".into()),
+            properties: vec!["linger.ms".into()],
+        };
+        assert_eq!(
+            bad.try_properties(),
+            Err(ConnectError::BadProperty("linger.ms".into()))
+        );
+        let good = ConnectArgs {
+            brokers: Some("h:1".into()),
+            properties: vec!["linger.ms = 5".into()],
+        };
+        let props = good.try_properties().unwrap();
+        assert_eq!(props[0], ("bootstrap.servers".into(), "h:1".into()));
+        assert!(props.contains(&("linger.ms".into(), "5".into())));
+    }
 }

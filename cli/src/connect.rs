@@ -17,10 +17,11 @@ pub fn as_pairs(props: &[(String, String)]) -> Vec<(&str, &str)> {
 /// An admin client for the given brokers and `-X` properties that apply to every client.
 pub async fn admin(connect: &ConnectArgs) -> Result<Admin, String> {
     let props = connect.properties()?;
+    let brokers = connect.brokers().map_err(|e| e.to_string())?;
     let config = ClientConfig::from_properties(&as_pairs(&props)).map_err(|e| e.to_string())?;
     Admin::connect(config)
         .await
-        .map_err(|e| format!("cannot reach the cluster at {}: {e}", connect.brokers))
+        .map_err(|e| format!("cannot reach the cluster at {brokers}: {e}"))
 }
 
 /// The topic's metadata, or an "unknown topic" error.

@@ -10,17 +10,17 @@ use weir_client::consumer::{Consumer, SeekTo, TopicPartition};
 use weir_group::group_consumer::GroupConsumer;
 use weir_group::member::{MemberConfig, ShutdownMode};
 
-use crate::args::{ConsumeArgs, Isolation};
+use crate::args::{ConnectArgs, ConsumeArgs, Isolation};
 use crate::connect::{admin, as_pairs, topic};
 use crate::format::RecordFormat;
 
 /// Runs the command.
-pub async fn run(args: ConsumeArgs) -> Result<(), String> {
+pub async fn run(args: ConsumeArgs, connect: &ConnectArgs) -> Result<(), String> {
     let format = RecordFormat::parse(&args.format)?;
-    let admin = admin(&args.connect).await?;
+    let admin = admin(connect).await?;
     let meta = topic(&admin, &args.topic).await?;
     if let Some(group) = args.group.clone() {
-        return run_in_group(args, group, format).await;
+        return run_in_group(args, connect, group, format).await;
     }
     let partitions: Vec<i32> = match args.partition {
         Some(p) if meta.partition(p).is_some() => vec![p],
@@ -41,7 +41,7 @@ pub async fn run(args: ConsumeArgs) -> Result<(), String> {
         }
     }
 
-    let mut props = args.connect.properties()?;
+    let mut props = connect.properties()?;
     let isolation = if read_committed {
         "read_committed"
     } else {
@@ -119,10 +119,11 @@ pub async fn run(args: ConsumeArgs) -> Result<(), String> {
 /// `--group`: a member of a consumer group, committing after each batch it prints.
 async fn run_in_group(
     args: ConsumeArgs,
+    connect: &ConnectArgs,
     group: String,
     format: RecordFormat,
 ) -> Result<(), String> {
-    let mut props = args.connect.properties()?;
+    let mut props = connect.properties()?;
     let isolation = match args.isolation {
         Isolation::ReadCommitted => "read_committed",
         Isolation::ReadUncommitted => "read_uncommitted",

@@ -5,8 +5,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 
 use weir_client::admin::{Admin, GroupDescription, OffsetSpec};
-use weir_client::config::ClientConfig;
 use weir_group::consumer_protocol::Assignment;
+
+use crate::args::ConnectArgs;
 
 /// The `groups` subcommands.
 #[derive(Debug, Clone, PartialEq, Eq, clap::Subcommand)]
@@ -21,16 +22,13 @@ pub enum GroupsCommand {
     },
 }
 
-/// Runs a `groups` subcommand against `bootstrap` and prints the result.
+/// Runs a `groups` subcommand against the cluster (with its `-X`
+/// properties) and prints the result.
 ///
 /// # Errors
-/// A message naming what failed (connecting, listing, describing).
-pub async fn run(bootstrap: &str, cmd: GroupsCommand) -> Result<(), String> {
-    let config = ClientConfig::from_properties(&[("bootstrap.servers", bootstrap)])
-        .map_err(|e| e.to_string())?;
-    let admin = Admin::connect(config)
-        .await
-        .map_err(|e| format!("cannot reach the cluster at {bootstrap}: {e}"))?;
+/// A message naming what failed (no brokers, connecting, listing, describing).
+pub async fn run(connect: &ConnectArgs, cmd: GroupsCommand) -> Result<(), String> {
+    let admin = crate::connect::admin(connect).await?;
     match cmd {
         GroupsCommand::List {} => {
             let groups = admin

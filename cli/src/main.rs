@@ -11,6 +11,7 @@ mod demo;
 mod format;
 mod groups_cmd;
 mod offsets;
+mod perf;
 mod produce;
 mod store_cmd;
 mod topics;
@@ -20,7 +21,7 @@ use std::process::ExitCode;
 
 use clap::Parser;
 
-use crate::args::{Cli, Command};
+use crate::args::{Cli, Command, ConnectArgs};
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -39,7 +40,7 @@ fn main() -> ExitCode {
         .init();
     let result = match cli.command {
         Command::Store { command } => store_cmd::run(command),
-        command => run_async(command),
+        command => run_async(command, &cli.connect),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -50,7 +51,7 @@ fn main() -> ExitCode {
     }
 }
 
-fn run_async(command: Command) -> Result<(), String> {
+fn run_async(command: Command, connect: &ConnectArgs) -> Result<(), String> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -58,12 +59,13 @@ fn run_async(command: Command) -> Result<(), String> {
         .map_err(|e| format!("starting the async runtime: {e}"))?;
     runtime.block_on(async move {
         match command {
-            Command::Produce(args) => produce::run(args).await,
-            Command::Consume(args) => consume::run(args).await,
-            Command::Topics { command } => topics::run(command).await,
-            Command::Offsets(args) => offsets::run(args).await,
-            Command::Groups(args) => groups_cmd::run(&args.connect.brokers, args.command).await,
+            Command::Produce(args) => produce::run(args, connect).await,
+            Command::Consume(args) => consume::run(args, connect).await,
+            Command::Topics { command } => topics::run(command, connect).await,
+            Command::Offsets(args) => offsets::run(args, connect).await,
+            Command::Groups { command } => groups_cmd::run(connect, command).await,
             Command::Demo(args) => demo::run(args).await,
+            Command::Perf { command } => perf::run(command, connect).await,
             Command::Store { .. } => Err("store commands run without the async runtime".into()),
         }
     })

@@ -4,12 +4,12 @@ use std::collections::BTreeMap;
 
 use weir_client::admin::OffsetSpec;
 
-use crate::args::OffsetsArgs;
+use crate::args::{ConnectArgs, OffsetsArgs};
 use crate::connect::{admin, topic};
 
 /// Runs the command: one line per partition, `partition earliest latest`.
-pub async fn run(args: OffsetsArgs) -> Result<(), String> {
-    let admin = admin(&args.connect).await?;
+pub async fn run(args: OffsetsArgs, connect: &ConnectArgs) -> Result<(), String> {
+    let admin = admin(connect).await?;
     topic(&admin, &args.topic).await?;
     let mut rows: BTreeMap<i32, (i64, i64)> = BTreeMap::new();
     for (spec, latest) in [(OffsetSpec::Earliest, false), (OffsetSpec::Latest, true)] {

@@ -5,10 +5,10 @@ use std::io::BufRead;
 use weir_client::config::producer::ProducerConfig;
 use weir_client::producer::{Producer, ProducerRecord};
 
-use crate::args::{Codec, ProduceArgs};
+use crate::args::{Codec, ConnectArgs, ProduceArgs};
 use crate::connect::{admin, as_pairs, topic};
 
-fn codec_name(codec: Codec) -> &'static str {
+pub(crate) fn codec_name(codec: Codec) -> &'static str {
     match codec {
         Codec::None => "none",
         Codec::Gzip => "gzip",
@@ -27,17 +27,17 @@ fn split_line<'a>(line: &'a str, sep: Option<&str>) -> (Option<&'a str>, &'a str
 }
 
 /// Runs the command.
-pub async fn run(args: ProduceArgs) -> Result<(), String> {
+pub async fn run(args: ProduceArgs, connect: &ConnectArgs) -> Result<(), String> {
     // Fail fast with a clear message on an unreachable broker or unknown topic,
     // rather than after the producer's delivery timeout.
-    let admin = admin(&args.connect).await?;
+    let admin = admin(connect).await?;
     let meta = topic(&admin, &args.topic).await?;
     if let Some(p) = args.partition
         && meta.partition(p).is_none()
     {
         return Err(format!("topic {} has no partition {p}", args.topic));
     }
-    let mut props = args.connect.properties()?;
+    let mut props = connect.properties()?;
     props.push(("compression.type".into(), codec_name(args.codec).into()));
     if let Some(id) = &args.transactional_id {
         if args.partition.is_some() {

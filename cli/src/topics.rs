@@ -2,14 +2,14 @@
 
 use weir_client::admin::{ConfigResource, NewTopic};
 
-use crate::args::TopicsCommand;
+use crate::args::{ConnectArgs, TopicsCommand};
 use crate::connect::{admin, topic};
 
 /// Runs the command.
-pub async fn run(command: TopicsCommand) -> Result<(), String> {
+pub async fn run(command: TopicsCommand, connect: &ConnectArgs) -> Result<(), String> {
     match command {
-        TopicsCommand::List { connect } => {
-            let admin = admin(&connect).await?;
+        TopicsCommand::List => {
+            let admin = admin(connect).await?;
             let mut topics = admin.list_topics().await.map_err(|e| e.to_string())?;
             topics.sort_by(|a, b| a.name.cmp(&b.name));
             for t in topics.iter().filter(|t| !t.is_internal) {
@@ -18,13 +18,12 @@ pub async fn run(command: TopicsCommand) -> Result<(), String> {
             Ok(())
         }
         TopicsCommand::Create {
-            connect,
             name,
             partitions,
             replication_factor,
             configs,
         } => {
-            let admin = admin(&connect).await?;
+            let admin = admin(connect).await?;
             let mut new =
                 NewTopic::new(name.clone(), partitions).replication_factor(replication_factor);
             for c in &configs {
@@ -40,8 +39,8 @@ pub async fn run(command: TopicsCommand) -> Result<(), String> {
             println!("created {name}");
             Ok(())
         }
-        TopicsCommand::Delete { connect, name } => {
-            let admin = admin(&connect).await?;
+        TopicsCommand::Delete { name } => {
+            let admin = admin(connect).await?;
             topic(&admin, &name).await?;
             admin
                 .delete_topic(&name)
@@ -50,8 +49,8 @@ pub async fn run(command: TopicsCommand) -> Result<(), String> {
             println!("deleted {name}");
             Ok(())
         }
-        TopicsCommand::Describe { connect, name } => {
-            let admin = admin(&connect).await?;
+        TopicsCommand::Describe { name } => {
+            let admin = admin(connect).await?;
             let meta = topic(&admin, &name).await?;
             println!("topic\t{}", meta.name);
             for p in &meta.partitions {
