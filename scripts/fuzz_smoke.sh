@@ -24,7 +24,7 @@ for target in $(cargo fuzz list); do
     "$bin/$target" "$work" -max_total_time="$secs" -timeout=10 -rss_limit_mb=2048 \
         -artifact_prefix="$root/fuzz/artifacts/$target-" -print_final_stats=1 \
         >"$work.log" 2>&1 || status=$?
-    grep -E '^(#[0-9]+ *DONE|stat::number_of_executed_units|==[0-9]+== ERROR|SUMMARY|thread .* panicked)' "$work.log" || true
+    grep -E '^(#[0-9]+[[:space:]]*DONE|stat::number_of_executed_units|==[0-9]+== ERROR|SUMMARY|thread .* panicked)' "$work.log" || true
     if [ "$status" -ne 0 ]; then tail -40 "$work.log" >&2; fi
     rm -rf "$work" "$work.log"
     if [ "$status" -ne 0 ]; then
