@@ -28,6 +28,9 @@ mod error;
 pub mod failpoints;
 #[cfg(not(feature = "failpoints"))]
 mod failpoints;
+/// Fuzzing entry points for `fuzz/` at the repository root; not part of the supported API.
+#[doc(hidden)]
+pub mod fuzzing;
 mod kv;
 mod merge;
 mod meta;

@@ -215,10 +215,21 @@ pub(crate) fn decode_registration(path: &Path, store: &str, bytes: &[u8]) -> Res
     }
     let kind = match r.u8()? {
         0 => StoreKind::KeyValue,
-        1 => StoreKind::Window {
-            retention_ms: r.i64()?,
-            segment_ms: r.i64()?,
-        },
+        1 => {
+            let (retention_ms, segment_ms) = (r.i64()?, r.i64()?);
+            // `window_store` refuses durations under 1 ms, and the segment
+            // interval divides window starts: anything else is corruption.
+            if retention_ms <= 0 || segment_ms <= 0 {
+                return Err(StoreError::corrupt(
+                    path,
+                    format!("{what}: retention {retention_ms} ms, segment {segment_ms} ms"),
+                ));
+            }
+            StoreKind::Window {
+                retention_ms,
+                segment_ms,
+            }
+        }
         other => {
             return Err(StoreError::corrupt(
                 path,

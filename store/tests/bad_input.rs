@@ -79,6 +79,48 @@ fn unknown_format_and_corrupt_metadata_are_typed_errors() {
     assert!(matches!(err, StoreError::CorruptMetadata { .. }), "{err}");
 }
 
+/// A window registration value: version 1, kind 1, retention and segment (ms).
+fn window_registration(retention_ms: i64, segment_ms: i64) -> Vec<u8> {
+    let mut v = vec![1u8, 1];
+    v.extend_from_slice(&retention_ms.to_be_bytes());
+    v.extend_from_slice(&segment_ms.to_be_bytes());
+    v
+}
+
+/// Found while writing `fuzz/` (store_reopen): a window registration whose segment
+/// interval is 0 (or negative) decoded as valid, and the first restored
+/// window record then divided by it and panicked. No store writes such a
+/// registration (`window_store` refuses durations under 1 ms), so reading
+/// one back is corruption.
+#[test]
+fn a_window_registration_with_impossible_durations_is_corrupt() {
+    for (retention, segment) in [(60_000, 0), (60_000, -1), (0, 10_000), (-5, 10_000)] {
+        let dir = common::tempdir();
+        tamper_meta(
+            dir.path(),
+            b"store/win",
+            &window_registration(retention, segment),
+        );
+        let task = open(dir.path());
+        if let Ok(task) = &task {
+            // Before the fix: the registration was accepted, and this panicked.
+            let key = weir_store::window_changelog_key(b"w", i64::MIN);
+            let mut restorer = task
+                .restorer("win", ChangelogPartition::new("win-changelog", 0), 1)
+                .unwrap();
+            let _ = restorer.apply(&[weir_store::ChangelogRecord {
+                offset: 0,
+                key: &key,
+                value: Some(b"v"),
+            }]);
+        }
+        let err = task
+            .err()
+            .unwrap_or_else(|| panic!("({retention}, {segment}) was accepted"));
+        assert!(matches!(err, StoreError::CorruptMetadata { .. }), "{err}");
+    }
+}
+
 #[test]
 fn a_damaged_database_is_an_engine_error_not_a_panic() {
     let dir = common::tempdir();

@@ -26,6 +26,9 @@ pub mod cluster;
 pub mod coordinator;
 mod error;
 pub mod faults;
+/// Fuzzing entry point for `fuzz/` at the repository root; not part of the supported API.
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod handlers;
 pub mod log;
 mod server;

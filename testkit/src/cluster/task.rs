@@ -79,7 +79,7 @@ pub(crate) async fn run(mut state: ClusterState, mut rx: mpsc::UnboundedReceiver
                 fire_timers(&mut state, Instant::now());
             }
             msg = rx.recv() => match msg {
-                Some(m) => handle_message(&mut state, m),
+                Some(m) => handle_message(&mut state, m, Instant::now()),
                 None => break,
             },
         }
@@ -91,7 +91,7 @@ fn far_future() -> Instant {
     Instant::now() + std::time::Duration::from_secs(86_400 * 365)
 }
 
-fn handle_message(state: &mut ClusterState, msg: Message) {
+fn handle_message(state: &mut ClusterState, msg: Message, now: Instant) {
     match msg {
         Message::Connected { id, broker, close } => {
             trace!(connection = id, broker, "connected");
@@ -120,18 +120,21 @@ fn handle_message(state: &mut ClusterState, msg: Message) {
             request,
             reply,
         } => {
-            handle_request(state, connection_id, broker, *request, reply);
+            handle_request(state, connection_id, broker, *request, reply, now);
         }
         Message::Control(f) => f(state),
     }
 }
 
-fn handle_request(
+/// Handles one decoded request at `now` (tokio's clock in the state task; the
+/// fuzz harness passes its own).
+pub(crate) fn handle_request(
     state: &mut ClusterState,
     connection_id: u64,
     broker: i32,
     request: DecodedRequest,
     reply: oneshot::Sender<Outcome>,
+    now: Instant,
 ) {
     let client_id = request.header.client_id.as_ref().map(|c| c.to_string());
     let Some(conn) = state.connections.get_mut(&connection_id) else {
@@ -149,7 +152,7 @@ fn handle_request(
         api_key: request.api_key,
         version: request.version,
         correlation_id: request.header.correlation_id,
-        now: Instant::now(),
+        now,
     };
     state.responders.insert(
         ctx.request_id,
@@ -219,7 +222,7 @@ pub(crate) fn finish(state: &mut ClusterState, request: handlers::RequestId, rep
     }
 }
 
-fn fire_timers(state: &mut ClusterState, now: Instant) {
+pub(crate) fn fire_timers(state: &mut ClusterState, now: Instant) {
     for event in state.timers.take_due(now) {
         match event {
             TimerEvent::FetchWait(id) => handlers::fetch::expire(state, id, now),
