@@ -82,8 +82,8 @@ fn the_runtime_keeps_its_guarantees_through_seeded_faults() {
                 stores += o.stores_checked;
                 slow_closes += o.close_timeouts;
                 eprintln!(
-                    "seed {}: ok, {} inputs, {} outputs, {} stores checked",
-                    s.seed, o.inputs, o.outputs, o.stores_checked
+                    "seed {}: ok, {} inputs, {} outputs, {} stores checked, {} slow closes",
+                    s.seed, o.inputs, o.outputs, o.stores_checked, o.close_timeouts
                 );
             }
             Err(v) => failures.push(v.to_string()),
