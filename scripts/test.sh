@@ -13,7 +13,7 @@
 #    against weir-testkit plus the zombie-fencing probe (scripts/interop/probe_testkit.sh),
 #    the weir CLI against librdkafka's mock cluster (scripts/interop/probe_mock_cluster.sh:
 #    ApiVersions downgrade), the weir-streams examples as processes (scripts/examples_e2e.sh),
-#    doc tests.
+#    doc tests, and a compile check of the fuzz targets.
 #
 # Every cargo step runs even if an earlier one failed, so one run shows all problems; the
 # exit status is non-zero if any step failed. Tests see:
@@ -196,6 +196,9 @@ step examples-e2e "$SCRIPT_DIR/examples_e2e.sh"
 # Issue 16: the DSL examples check their own results on an embedded cluster, with a crash.
 step dsl-examples "$SCRIPT_DIR/dsl_examples.sh"
 step doctests cargo test --workspace --doc
+# Issue 17: the fuzz targets (their own workspace, fuzz/) must keep compiling against the
+# crates they drive; running them needs cargo-fuzz (scripts/fuzz_smoke.sh, fuzz/README.md).
+step fuzz-targets-build cargo check --manifest-path fuzz/Cargo.toml --bins --examples
 
 # ---- summary -----------------------------------------------------------------------------
 section "summary"
