@@ -425,3 +425,70 @@ impl TaskMonitor {
         self.0.snapshot()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn board() -> TaskBoard {
+        TaskBoard::new("c".into(), "p".into(), 0)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_restores_progress_and_rate_are_counted_on_tokios_clock() {
+        let b = board();
+        let t = TaskId::new(0, 1);
+        b.acquired(t, Role::Active, Some(0), 3);
+        b.restore_began(t);
+        b.changelog_step(t, "counts", 0, 1_000);
+        let first = b.snapshot()[0].clone();
+        assert_eq!(first.state, TaskState::Restoring);
+        let r = first.restore.unwrap();
+        assert_eq!(
+            (r.restored, r.remaining, r.records_per_sec),
+            (0, 1_000, None)
+        );
+        assert_eq!(first.lag, Some(1_000));
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        b.changelog_step(t, "counts", 300, 700);
+        let r = b.snapshot()[0].restore.clone().unwrap();
+        assert_eq!((r.restored, r.remaining), (300, 700));
+        assert_eq!(r.records_per_sec, Some(150.0));
+        assert_eq!(r.elapsed, Duration::from_secs(2));
+        b.running(t, BTreeMap::from([(("in".to_owned(), 1), 40)]));
+        let running = b.snapshot()[0].clone();
+        assert_eq!(running.state, TaskState::Running);
+        assert_eq!(running.restore, None);
+        // No end offset read yet: the lag is unknown, not 0.
+        assert_eq!(running.lag, None);
+        b.set_ends(
+            &BTreeMap::from([(("in".to_owned(), 1), 100)]),
+            &[(t, vec![("in".to_owned(), 1)])],
+        );
+        assert_eq!(b.snapshot()[0].lag, Some(60));
+        b.positions(t, BTreeMap::from([(("in".to_owned(), 1), 100)]));
+        assert_eq!(b.snapshot()[0].lag, Some(0));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_history_keeps_the_last_entries_and_one_per_holding() {
+        let b = board();
+        let t = TaskId::new(1, 0);
+        for generation in 0..100 {
+            b.acquired(t, Role::Standby, None, generation);
+            // A standby turning warmup is the same holding.
+            b.acquired(t, Role::Warmup, None, generation);
+            b.released(t, false, generation);
+            b.acquired(t, Role::Active, Some(1), generation);
+            b.acquired(t, Role::Active, Some(1), generation);
+            b.released(t, true, generation + 1);
+        }
+        let info = b.snapshot()[0].clone();
+        assert_eq!(info.state, TaskState::Released);
+        assert_eq!(info.history.len(), HISTORY_LIMIT);
+        let last = info.history.last().unwrap();
+        assert_eq!(last.role, Role::Active);
+        assert_eq!((last.generation, last.released_generation), (99, Some(100)));
+        assert!(info.history.iter().all(|o| o.released_at.is_some()));
+    }
+}
