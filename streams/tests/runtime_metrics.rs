@@ -34,6 +34,33 @@ fn values(snapshotter: &Snapshotter) -> BTreeMap<String, f64> {
         .collect()
 }
 
+/// The per-task gauge `name` of application `wc-metrics`, by task.
+fn per_task(snapshotter: &Snapshotter, name: &str) -> BTreeMap<String, f64> {
+    snapshotter
+        .snapshot()
+        .into_vec()
+        .into_iter()
+        .filter(|(k, ..)| {
+            k.key().name() == name
+                && k.key()
+                    .labels()
+                    .any(|l| l.key() == "application_id" && l.value() == "wc-metrics")
+        })
+        .filter_map(|(k, _, _, v)| {
+            let task = k
+                .key()
+                .labels()
+                .find(|l| l.key() == "task")?
+                .value()
+                .to_owned();
+            match v {
+                DebugValue::Gauge(g) => Some((task, g.into_inner())),
+                _ => None,
+            }
+        })
+        .collect()
+}
+
 #[tokio::test(start_paused = true)]
 async fn the_instance_publishes_its_counters_and_tasks_through_the_metrics_facade() {
     let recorder = DebuggingRecorder::new();
@@ -69,5 +96,16 @@ async fn the_instance_publishes_its_counters_and_tasks_through_the_metrics_facad
     assert_eq!(m["weir_streams_active_tasks"], 4.0, "{m:?}");
     assert_eq!(m["weir_streams_restoring_tasks"], 0.0, "{m:?}");
     assert_eq!(a.metrics().processed as f64, processed);
+    // Per task: the lag (read every second) and the restore left, both 0
+    // once every record is processed.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let lags = per_task(&snapshotter, "weir_streams_task_lag");
+    let tasks: Vec<String> = a.tasks().iter().map(|t| t.id.to_string()).collect();
+    assert_eq!(lags.keys().cloned().collect::<Vec<_>>(), tasks, "{lags:?}");
+    assert_eq!(tasks.len(), 4);
+    assert!(lags.values().all(|l| *l == 0.0), "{lags:?}");
+    let remaining = per_task(&snapshotter, "weir_streams_restore_remaining_records");
+    assert_eq!(remaining.len(), 4, "{remaining:?}");
+    assert!(remaining.values().all(|l| *l == 0.0), "{remaining:?}");
     a.close(Duration::from_secs(30)).await.unwrap();
 }

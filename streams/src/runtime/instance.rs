@@ -8,6 +8,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 use weir_group::assignor::TopicPartition as GroupPartition;
 use weir_group::member::{AssignmentEvent, GroupMember, ShutdownMode};
 
+use super::board::Role;
 use super::standby::Standby;
 use super::worker::{Worker, WorkerCommand, WorkerReport};
 use super::{Runtime, State};
@@ -68,6 +69,32 @@ fn tasks_of(rt: &Runtime, partitions: &[GroupPartition]) -> BTreeMap<TaskId, Vec
     tasks
 }
 
+/// Stops the lag refresher when the instance ends (or is dropped).
+struct LagRefresher(tokio::task::JoinHandle<()>);
+
+impl LagRefresher {
+    fn abort(&self) {
+        self.0.abort();
+    }
+}
+
+impl Drop for LagRefresher {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+async fn refresh_lags(rt: Arc<Runtime>) {
+    let admin = weir_client::admin::Admin::new(rt.restore_cluster.clone());
+    let read_committed = rt.config.guarantee == crate::config::ProcessingGuarantee::ExactlyOnceV2;
+    let mut tick = tokio::time::interval(super::board::END_REFRESH);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        rt.board.refresh_ends(&admin, read_committed).await;
+    }
+}
+
 struct Instance {
     rt: Arc<Runtime>,
     workers: Workers,
@@ -97,7 +124,7 @@ impl Instance {
     /// Keeps the standby replicas of the last assignment, minus the tasks
     /// that run here: a standby promoted to active is stopped (its store
     /// closed) before its task opens the store.
-    async fn reconcile_standbys(&mut self, active: &BTreeSet<TaskId>) {
+    async fn reconcile_standbys(&mut self, active: &BTreeSet<TaskId>, generation: i32) {
         let assignment = self.rt.assignor.assignment().unwrap_or_default();
         self.warming = assignment.warmup.difference(active).copied().collect();
         self.probing_at = match (self.warming.is_empty(), assignment.probing_ms) {
@@ -121,9 +148,16 @@ impl Instance {
             if let Some(standby) = self.standbys.remove(&task) {
                 tracing::info!(task = %task, "standby replica released");
                 standby.stop().await;
+                self.rt.board.released(task, false, generation);
             }
         }
         for task in wanted {
+            let role = if assignment.warmup.contains(&task) {
+                Role::Warmup
+            } else {
+                Role::Standby
+            };
+            self.rt.board.acquired(task, role, None, generation);
             if !self.standbys.contains_key(&task) {
                 tracing::info!(task = %task, "standby replica assigned");
                 let standby = Standby::start(Arc::clone(&self.rt), task, self.caught_up.clone());
@@ -137,9 +171,10 @@ impl Instance {
             .unwrap_or_else(PoisonError::into_inner) = self.standbys.keys().copied().collect();
     }
 
-    async fn stop_standbys(&mut self) {
-        for (_, standby) in std::mem::take(&mut self.standbys) {
+    async fn stop_standbys(&mut self, generation: i32) {
+        for (task, standby) in std::mem::take(&mut self.standbys) {
             standby.stop().await;
+            self.rt.board.released(task, false, generation);
         }
         self.rt
             .standbys
@@ -199,7 +234,7 @@ impl Instance {
     }
 
     /// New tasks go to the worker with the fewest; a task keeps its worker.
-    fn assign(&mut self, partitions: &[GroupPartition]) {
+    fn assign(&mut self, partitions: &[GroupPartition], generation: i32) {
         let mut per_worker: Vec<Vec<(TaskId, Vec<GroupPartition>)>> =
             vec![Vec::new(); self.workers.senders.len()];
         let mut load = vec![0usize; self.workers.senders.len()];
@@ -219,6 +254,9 @@ impl Instance {
                 }
             };
             tracing::info!(task = %task, worker, "task assigned");
+            self.rt
+                .board
+                .acquired(task, Role::Active, Some(worker), generation);
             per_worker[worker].push((task, parts));
         }
         for (w, tasks) in per_worker.into_iter().enumerate() {
@@ -235,6 +273,7 @@ impl Instance {
         &mut self,
         tasks: BTreeSet<TaskId>,
         make: impl Fn(Vec<TaskId>, oneshot::Sender<()>) -> WorkerCommand,
+        generation: i32,
     ) {
         let mut by_worker: BTreeMap<usize, Vec<TaskId>> = BTreeMap::new();
         for t in tasks {
@@ -242,6 +281,7 @@ impl Instance {
                 by_worker.entry(w).or_default().push(t);
             }
         }
+        let by_worker_tasks: Vec<TaskId> = by_worker.values().flatten().copied().collect();
         let mut waits = Vec::new();
         for (w, tasks) in by_worker {
             let (done, wait) = oneshot::channel();
@@ -252,10 +292,13 @@ impl Instance {
         for w in waits {
             let _ = w.await;
         }
+        for task in by_worker_tasks {
+            self.rt.board.released(task, true, generation);
+        }
         self.publish_tasks();
     }
 
-    async fn shutdown_workers(&mut self) {
+    async fn shutdown_workers(&mut self, generation: i32) {
         let mut waits = Vec::new();
         for s in &self.workers.senders {
             let (done, wait) = oneshot::channel();
@@ -266,7 +309,9 @@ impl Instance {
         for w in waits {
             let _ = w.await;
         }
-        self.placement.clear();
+        for task in std::mem::take(&mut self.placement).into_keys() {
+            self.rt.board.released(task, true, generation);
+        }
         self.publish_tasks();
     }
 }
@@ -290,6 +335,12 @@ pub(crate) async fn run(
             tracing::Span::current(),
         )));
     }
+    // The end offsets of the running tasks' inputs, for their lags, on the
+    // restore connections (never behind a worker's long poll).
+    let lags = LagRefresher(tokio::spawn(tracing::Instrument::instrument(
+        refresh_lags(Arc::clone(&rt)),
+        tracing::Span::current(),
+    )));
     let (caught_up, mut caught_up_rx) = mpsc::unbounded_channel();
     let mut instance = Instance {
         rt: Arc::clone(&rt),
@@ -331,8 +382,8 @@ pub(crate) async fn run(
                     instance.assigned_once = true;
                     let mut active: BTreeSet<TaskId> = instance.placement.keys().copied().collect();
                     active.extend(tasks_of(&rt, &partitions).into_keys());
-                    instance.reconcile_standbys(&active).await;
-                    instance.assign(&partitions);
+                    instance.reconcile_standbys(&active, member.generation()).await;
+                    instance.assign(&partitions, member.generation());
                     rt.confirmed_generation.store(member.generation(), std::sync::atomic::Ordering::Release);
                     instance.refresh_state();
                     if let Some((_, since)) = instance.draining
@@ -356,7 +407,7 @@ pub(crate) async fn run(
                     // Workers commit and close the tasks before the ack lets
                     // the partitions go.
                     instance
-                        .each_worker(tasks, WorkerCommand::Revoke)
+                        .each_worker(tasks, WorkerCommand::Revoke, member.generation())
                         .await;
                     revocation.ack();
                 }
@@ -365,7 +416,7 @@ pub(crate) async fn run(
                     tracing::warn!(application_id = %rt.app(), partitions = partitions.len(), "partitions lost: closing their tasks without committing");
                     let tasks = tasks_of(&rt, &partitions).into_keys().collect();
                     instance
-                        .each_worker(tasks, WorkerCommand::Lose)
+                        .each_worker(tasks, WorkerCommand::Lose, member.generation())
                         .await;
                 }
                 Err(e) => {
@@ -439,8 +490,9 @@ pub(crate) async fn run(
         }
     };
     instance.set_state(State::PendingShutdown);
-    instance.stop_standbys().await;
-    instance.shutdown_workers().await;
+    instance.stop_standbys(member.generation()).await;
+    instance.shutdown_workers(member.generation()).await;
+    lags.abort();
     tracing::debug!(application_id = %rt.app(), "workers stopped; leaving the group");
     // A planned close leaves even as a static member, so the tasks move at
     // once instead of after the session timeout.

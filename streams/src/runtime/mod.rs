@@ -17,6 +17,10 @@
 //!   only after the Kafka transaction committed, and aborts them otherwise.
 
 mod assignor;
+mod board;
+pub use board::{
+    HISTORY_LIMIT, Ownership, RestoreProgress, Role, TaskInfo, TaskMonitor, TaskState,
+};
 mod commit;
 mod global;
 mod instance;
@@ -125,6 +129,8 @@ pub(crate) struct Runtime {
     /// The stores of the tasks running here, for interactive queries
     /// (committed data only).
     pub(crate) queryable: Mutex<BTreeMap<TaskId, weir_store::TaskStore>>,
+    /// Each task's state, lag, restore progress and ownership history.
+    pub(crate) board: Arc<board::TaskBoard>,
     started: tokio::time::Instant,
     started_wall_ms: i64,
 }
@@ -203,6 +209,19 @@ impl Runtime {
         metrics::gauge!("weir_streams_standby_tasks", &labels).set(standbys);
         metrics::gauge!("weir_streams_restoring_tasks", &labels)
             .set(c.restoring.load(Ordering::Relaxed) as f64);
+        // Per task: a released task's gauges go to 0 (the facade cannot
+        // remove a series).
+        for info in self.board.snapshot() {
+            let task_labels = [
+                labels[0].clone(),
+                labels[1].clone(),
+                ("task", info.id.to_string()),
+            ];
+            metrics::gauge!("weir_streams_task_lag", &task_labels)
+                .set(info.lag.unwrap_or(0) as f64);
+            metrics::gauge!("weir_streams_restore_remaining_records", &task_labels)
+                .set(info.restore.map_or(0, |r| r.remaining) as f64);
+        }
     }
 
     pub(crate) fn app(&self) -> &str {
@@ -393,6 +412,7 @@ impl KafkaStreams {
                 cluster: &restore_cluster,
                 consumer: &config.consumer,
                 counters: &counters,
+                track: None,
             },
             &admin,
             &topology,
@@ -436,6 +456,8 @@ impl KafkaStreams {
             .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
             .unwrap_or(0);
         let config_threads = config.threads;
+        let client_id_for_board = config.client.client_id.clone();
+        let process_id_for_board = process_id.clone();
         let runtime = Arc::new(Runtime {
             lease: member.lease(),
             config,
@@ -453,6 +475,11 @@ impl KafkaStreams {
             progress: (0..config_threads).map(|_| AtomicU64::new(0)).collect(),
             confirmed_generation: std::sync::atomic::AtomicI32::new(-1),
             queryable: Mutex::new(BTreeMap::new()),
+            board: Arc::new(board::TaskBoard::new(
+                client_id_for_board,
+                process_id_for_board,
+                started_wall_ms,
+            )),
             started: tokio::time::Instant::now(),
             started_wall_ms,
         });
@@ -536,6 +563,40 @@ impl KafkaStreams {
                 .clone(),
             standby_records: c.standby_records.load(Ordering::Relaxed),
         }
+    }
+
+    /// Every task this instance holds or has held: its state (restoring,
+    /// running, standby, warmup, released), its lag, its restore's
+    /// progress, and who held it here when (the last [`HISTORY_LIMIT`]
+    /// holdings: instance, worker, generation, acquired and released at).
+    ///
+    /// ```no_run
+    /// # fn show(streams: &weir_streams::runtime::KafkaStreams) {
+    /// use weir_streams::runtime::TaskState;
+    ///
+    /// for task in streams.tasks() {
+    ///     match task.state {
+    ///         TaskState::Restoring => {
+    ///             if let Some(r) = &task.restore {
+    ///                 println!("{} restoring: {} done, {} left, {:?}/s", task.id, r.restored, r.remaining, r.records_per_sec);
+    ///             }
+    ///         }
+    ///         state => println!("{} {state:?}, lag {:?}", task.id, task.lag),
+    ///     }
+    ///     for o in &task.history {
+    ///         println!("  {:?} on worker {:?} in generation {}..{:?}", o.role, o.worker, o.generation, o.released_generation);
+    ///     }
+    /// }
+    /// # }
+    /// ```
+    pub fn tasks(&self) -> Vec<TaskInfo> {
+        self.runtime.board.snapshot()
+    }
+
+    /// A view of [`tasks`](Self::tasks) that stays readable after the
+    /// instance is closed (its last releases included).
+    pub fn task_monitor(&self) -> TaskMonitor {
+        TaskMonitor(Arc::clone(&self.runtime.board))
     }
 
     /// Closes gracefully, handing the tasks over first: the instance rejoins

@@ -21,6 +21,9 @@ use crate::config::ProcessingGuarantee;
 use crate::error::{Result, StreamsError};
 use crate::task::TaskId;
 
+/// How often a long restore logs its progress.
+const PROGRESS_EVERY: Duration = Duration::from_secs(5);
+
 /// A task's stores and fence, ready to process.
 pub(crate) struct Prepared {
     pub(crate) store: Option<TaskStore>,
@@ -37,6 +40,9 @@ pub(crate) struct RestoreEnv<'a> {
     pub(crate) cluster: &'a weir_client::Cluster,
     pub(crate) consumer: &'a weir_client::config::consumer::ConsumerOptions,
     pub(crate) counters: &'a super::Counters,
+    /// The task board a task's restore reports its progress to (none for
+    /// global stores).
+    pub(crate) track: Option<(&'a super::board::TaskBoard, TaskId)>,
 }
 
 impl Runtime {
@@ -45,6 +51,7 @@ impl Runtime {
             cluster: &self.restore_cluster,
             consumer: &self.config.consumer,
             counters: &self.counters,
+            track: None,
         }
     }
 }
@@ -184,16 +191,11 @@ pub(crate) async fn catch_up(
         .filter(|s| s.logged)
     {
         let topic = spec.changelog_topic(rt.app());
-        let end = restore_store(
-            &rt.restore_env(),
-            task,
-            store,
-            &spec.name,
-            &topic,
-            partition,
-            purpose,
-        )
-        .await?;
+        let env = RestoreEnv {
+            track: Some((&rt.board, task)),
+            ..rt.restore_env()
+        };
+        let end = restore_store(&env, task, store, &spec.name, &topic, partition, purpose).await?;
         let committed = match store.committed_offset(&ChangelogPartition::new(&topic, partition)) {
             CommittedOffset::Known(o) => o,
             CommittedOffset::Unknown => 0,
@@ -206,6 +208,7 @@ pub(crate) async fn catch_up(
 /// Opens task `task`'s stores, takes its fence, and restores each logged
 /// store to its changelog's end.
 pub(crate) async fn prepare(rt: Arc<Runtime>, task: TaskId) -> Result<Prepared> {
+    rt.board.restore_began(task);
     let Some(store) = open_task_store(&rt, task).await? else {
         return Ok(Prepared {
             store: None,
@@ -250,9 +253,16 @@ pub(crate) async fn restore_store<L: std::fmt::Display + Copy + Send + Sync + 's
         .unwrap_or(0);
     let cp = ChangelogPartition::new(topic, partition);
     let start = store.committed_offset(&cp);
+    let left = |position: i64| u64::try_from(end.saturating_sub(position)).unwrap_or(0);
+    let step = |applied: u64, position: i64| {
+        if let Some((board, id)) = rt.track {
+            board.changelog_step(id, name, applied, left(position));
+        }
+    };
     if let CommittedOffset::Known(o) = start
         && o >= end
     {
+        step(0, o);
         tracing::debug!(task = %task, store = name, offset = o, end, "store is up to date");
         return Ok(end);
     }
@@ -281,13 +291,16 @@ pub(crate) async fn restore_store<L: std::fmt::Display + Copy + Send + Sync + 's
     } else {
         tracing::debug!(task = %task, store = name, from = ?start, end, "standby catching up");
     }
-    let mut last_report = tokio::time::Instant::now();
+    let began = tokio::time::Instant::now();
+    let mut last_report = began;
+    let mut restored = 0u64;
     let outcome: Result<i64> = async {
         loop {
             let position = consumer
                 .position(&tp)
                 .await
                 .map_err(|e| StreamsError::client(format!("task {task}: restore position"), e))?;
+            step(0, position);
             if position >= end {
                 break;
             }
@@ -322,9 +335,19 @@ pub(crate) async fn restore_store<L: std::fmt::Display + Copy + Send + Sync + 's
                 &rt.counters.standby_records
             };
             counter.fetch_add(count, Ordering::Relaxed);
-            if last_report.elapsed() >= Duration::from_secs(5) {
-                let p = restorer.progress();
-                tracing::info!(task = %task, store = name, records = p.records, bytes = p.bytes, offset = ?p.next_offset, end, "restore progress");
+            restored += count;
+            let p = restorer.progress();
+            let reached = p.next_offset.unwrap_or(position);
+            step(count, reached);
+            if last_report.elapsed() >= PROGRESS_EVERY {
+                let secs = began.elapsed().as_secs_f64();
+                let rate = if secs > 0.0 { restored as f64 / secs } else { 0.0 };
+                let remaining = left(reached);
+                if active {
+                    tracing::info!(task = %task, store = name, records = restored, remaining, records_per_sec = rate, bytes = p.bytes, offset = ?p.next_offset, end, "restore progress");
+                } else {
+                    tracing::debug!(task = %task, store = name, records = restored, remaining, records_per_sec = rate, end, "standby catch-up progress");
+                }
                 last_report = tokio::time::Instant::now();
             }
         }
@@ -338,6 +361,7 @@ pub(crate) async fn restore_store<L: std::fmt::Display + Copy + Send + Sync + 's
             let (s, cp) = (store.clone(), cp.clone());
             blocking(task, move || s.commit(&[(cp, end)])).await?;
         }
+        step(0, end);
         if active {
             tracing::info!(task = %task, store = name, records = progress.records, bytes = progress.bytes, end, "restored");
         } else {

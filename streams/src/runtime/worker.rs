@@ -283,8 +283,12 @@ impl Worker {
                 }
                 polled = self.consumer.poll_for(self.rt.config.poll), if polling => match polled {
                     Ok(records) => {
+                        let any = !records.is_empty();
                         if let Err(e) = self.process(records).await {
                             self.fail(e).await;
+                        }
+                        if any {
+                            self.publish_positions().await;
                         }
                     }
                     Err(e) => tracing::warn!(error = %e, "poll failed"),
@@ -326,6 +330,25 @@ impl Worker {
             self.commit(false).await?;
         }
         Ok(())
+    }
+
+    /// Tells the task board where each running task's inputs stand (the
+    /// next offset to process, past transaction markers).
+    async fn publish_positions(&mut self) {
+        let inputs: Vec<(TaskId, Vec<TopicPartition>)> = self
+            .tasks
+            .iter()
+            .map(|(id, a)| (*id, a.inputs.clone()))
+            .collect();
+        for (id, inputs) in inputs {
+            let mut positions = BTreeMap::new();
+            for tp in &inputs {
+                if let Ok(o) = self.consumer.position(tp).await {
+                    positions.insert((tp.topic.clone(), tp.partition), o);
+                }
+            }
+            self.rt.board.positions(id, positions);
+        }
     }
 
     fn add(&mut self, tasks: Vec<(TaskId, Vec<GroupPartition>)>) {
@@ -404,6 +427,13 @@ impl Worker {
                 tracing::warn!(task = %id, error = %e, "seek failed");
             }
         }
+        let mut positions = BTreeMap::new();
+        for tp in &inputs {
+            if let Ok(o) = self.consumer.position(tp).await {
+                positions.insert((tp.topic.clone(), tp.partition), o);
+            }
+        }
+        self.rt.board.running(id, positions);
         tracing::info!(task = %id, inputs = ?inputs, "task running");
         self.rt.publish_store(id, prepared.store.as_ref());
         self.tasks.insert(
