@@ -273,7 +273,14 @@ impl TaskBoard {
                 }
             }
             if closed {
-                e.state = TaskState::Released;
+                // A replica still held (a task revoked after its standby
+                // was assigned) keeps the task listed as that replica.
+                e.state = match e.history.iter().rev().find(|o| o.released_at.is_none()) {
+                    Some(o) if o.role == Role::Standby => TaskState::Standby,
+                    Some(o) if o.role == Role::Warmup => TaskState::Warmup,
+                    Some(_) => e.state,
+                    None => TaskState::Released,
+                };
                 e.clear_progress();
             }
         });
@@ -485,6 +492,15 @@ mod tests {
         }
         let info = b.snapshot()[0].clone();
         assert_eq!(info.state, TaskState::Released);
+        // An active holding that ends while a standby of the task is held
+        // leaves the task listed as the standby.
+        let u = TaskId::new(2, 0);
+        b.acquired(u, Role::Active, Some(0), 1);
+        b.acquired(u, Role::Standby, None, 2);
+        b.released(u, true, 2);
+        let listed = b.snapshot().into_iter().find(|i| i.id == u).unwrap();
+        assert_eq!(listed.state, TaskState::Standby, "{listed:?}");
+        assert_eq!(listed.history.len(), 2);
         assert_eq!(info.history.len(), HISTORY_LIMIT);
         let last = info.history.last().unwrap();
         assert_eq!(last.role, Role::Active);
