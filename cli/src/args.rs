@@ -41,6 +41,13 @@ pub enum Command {
         #[command(subcommand)]
         command: GroupsCommand,
     },
+    /// Inspect a running weir-streams application from the broker: its
+    /// members, tasks, input lag and changelogs.
+    App {
+        /// The app command.
+        #[command(subcommand)]
+        command: crate::app_cmd::AppCommand,
+    },
     /// Inspect a Weir state store directory (no broker needed).
     Store {
         /// The store command.

@@ -4,6 +4,7 @@
 //! `weir: error: …`, and exits non-zero: 2 for bad arguments (clap's own
 //! convention), 1 for everything else (an unreachable broker, an unknown topic).
 
+mod app_cmd;
 mod args;
 mod connect;
 mod consume;
@@ -64,6 +65,7 @@ fn run_async(command: Command, connect: &ConnectArgs) -> Result<(), String> {
             Command::Topics { command } => topics::run(command, connect).await,
             Command::Offsets(args) => offsets::run(args, connect).await,
             Command::Groups { command } => groups_cmd::run(connect, command).await,
+            Command::App { command } => app_cmd::run(connect, command).await,
             Command::Demo(args) => demo::run(args).await,
             Command::Perf { command } => perf::run(command, connect).await,
             Command::Store { .. } => Err("store commands run without the async runtime".into()),

@@ -11,6 +11,7 @@
 //! - [`dsl`]: streams, tables, aggregations, windows and joins ([`dsl::StreamsBuilder`]).
 //! - [`testing`]: [`testing::TopologyTestDriver`], to test a topology with no broker.
 
+pub mod assignor_info;
 pub mod config;
 pub mod dsl;
 pub mod error;

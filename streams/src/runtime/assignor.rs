@@ -39,7 +39,7 @@ use crate::task::TaskId;
 use crate::topology::Topology;
 
 /// The protocol name in JoinGroup.
-pub(crate) const PROTOCOL: &str = "weir-streams";
+pub const PROTOCOL: &str = "weir-streams";
 /// The version of [`SubscriptionInfo`] and [`AssignmentInfo`] this build
 /// writes. A later version must keep these fields first, so this build can
 /// read a newer member's data during a rolling upgrade. Version 2 adds the
@@ -79,12 +79,18 @@ pub(crate) fn layout(
         .collect()
 }
 
-/// What a member tells the leader.
+/// What a member tells the leader (the user data of its consumer-protocol
+/// subscription).
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub(crate) struct SubscriptionInfo {
+pub struct SubscriptionInfo {
+    /// The version the member wrote.
     pub version: u16,
+    /// The instance's process id (stable across restarts with the same
+    /// state directory).
     pub process_id: String,
+    /// Its `num.stream.threads`.
     pub threads: u32,
+    /// Its `application.server`, if set.
     pub application_server: Option<String>,
     /// Offset sum per task whose state this instance holds.
     pub offset_sums: BTreeMap<TaskId, i64>,
@@ -94,11 +100,15 @@ pub(crate) struct SubscriptionInfo {
     pub draining: bool,
 }
 
-/// What the leader tells a member, besides its partitions.
+/// What the leader tells a member, besides its partitions (the user data
+/// of its consumer-protocol assignment).
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub(crate) struct AssignmentInfo {
+pub struct AssignmentInfo {
+    /// The version the leader wrote.
     pub version: u16,
+    /// The tasks the member runs.
     pub active: BTreeSet<TaskId>,
+    /// The tasks it keeps standby replicas of.
     pub standby: BTreeSet<TaskId>,
     /// Warmups: kept like standbys; when one catches up its instance asks
     /// for the follow-up rebalance that moves the task to it.

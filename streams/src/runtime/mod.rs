@@ -16,7 +16,7 @@
 //! - a store never holds uncommitted data: `commit.rs` applies staged writes
 //!   only after the Kafka transaction committed, and aborts them otherwise.
 
-mod assignor;
+pub(crate) mod assignor;
 mod board;
 pub use board::{
     HISTORY_LIMIT, Ownership, RestoreProgress, Role, TaskInfo, TaskMonitor, TaskState,
