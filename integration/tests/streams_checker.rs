@@ -59,10 +59,19 @@ fn seeds(default: u64) -> Vec<u64> {
                 .ok()
                 .map(|n| n.parse().expect("WEIR_STREAMS_SCHEDULES is a number"))
                 .unwrap_or(default);
-            (0..n).collect()
+            // Seeds that once found a bug run in every full run as well.
+            let mut seeds: Vec<u64> = (0..n).collect();
+            seeds.extend(REGRESSION_SEEDS.iter().filter(|s| **s >= n));
+            seeds
         }
     }
 }
+
+/// Seeds beyond the default range that found bugs: 393 and 691 (a rolling
+/// restart, then a cut from a partition's new leader) stalled a partition
+/// for good, as the stream thread's Metadata requests queued behind one the
+/// cut had swallowed (`client/tests/wedged_connection.rs`).
+const REGRESSION_SEEDS: &[u64] = &[393, 691];
 
 #[test]
 fn the_runtime_keeps_its_guarantees_through_seeded_faults() {

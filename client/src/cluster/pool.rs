@@ -65,7 +65,18 @@ impl Pool {
             && m.is_usable()
             && slot.addr == addr
         {
-            return Ok(Arc::clone(m));
+            // A request abandoned by its caller and unanswered past its
+            // timeout means the broker will answer nothing more on this
+            // connection (responses come in order): close it rather than
+            // queue behind it forever.
+            match m.overdue_request() {
+                None => return Ok(Arc::clone(m)),
+                Some(cause) => {
+                    tracing::info!(broker, ?lane, addr, error = %cause,
+                        "closing a connection with a request unanswered past its timeout");
+                    m.poison(cause);
+                }
+            }
         }
         slot.messenger = None;
         let mut options = self.options.clone();

@@ -65,8 +65,14 @@ enum Waiter {
     /// A caller is waiting for this response.
     Waiting(oneshot::Sender<Delivery>),
     /// The caller gave up (dropped or timed out) after its frame was sent; the
-    /// response will still come and is read and discarded.
-    Abandoned,
+    /// response will still come and is read and discarded. Past `deadline`
+    /// (when the request would have timed out) the connection is presumed
+    /// wedged: see [`Messenger::overdue_request`].
+    Abandoned {
+        api: ApiKey,
+        deadline: tokio::time::Instant,
+        timeout: Duration,
+    },
 }
 
 enum State {
@@ -134,7 +140,7 @@ impl Shared {
                 let _ = tx.send(Ok(frame.freeze()));
                 Ok(())
             }
-            Some(Waiter::Abandoned) => {
+            Some(Waiter::Abandoned { .. }) => {
                 debug!(broker = %self.broker, correlation_id, "discarding response of abandoned request");
                 Ok(())
             }
@@ -154,6 +160,11 @@ struct PendingGuard {
     correlation_id: i32,
     sent: bool,
     done: bool,
+    api: ApiKey,
+    /// When the request times out: its queueing plus `request.timeout.ms`,
+    /// or later if its waiter asked for a longer timeout.
+    deadline: tokio::time::Instant,
+    timeout: Duration,
 }
 
 impl Drop for PendingGuard {
@@ -165,7 +176,11 @@ impl Drop for PendingGuard {
         if let State::Open { pending } = &mut *state {
             if self.sent {
                 if let Some(w) = pending.get_mut(&self.correlation_id) {
-                    *w = Waiter::Abandoned;
+                    *w = Waiter::Abandoned {
+                        api: self.api,
+                        deadline: self.deadline,
+                        timeout: self.timeout,
+                    };
                 }
             } else {
                 pending.remove(&self.correlation_id);
@@ -184,6 +199,11 @@ impl AwaitedFrame {
     /// Waits at most `timeout` for the frame. Dropping this future
     /// abandons the request: its response is read and discarded.
     async fn frame(mut self, api: ApiKey, timeout: Duration) -> Result<Bytes> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        if deadline > self.guard.deadline {
+            self.guard.deadline = deadline;
+            self.guard.timeout = timeout;
+        }
         let shared = Arc::clone(&self.guard.shared);
         let closed = || match &*shared.lock() {
             State::Poisoned(cause) => shared.poisoned_error(Arc::clone(cause)),
@@ -391,6 +411,38 @@ impl Messenger {
         self.shared.poison(cause)
     }
 
+    /// A request whose caller gave up on it and that is still unanswered
+    /// past its timeout, as the error to poison the connection with.
+    ///
+    /// A broker answers a connection's requests in order, so one request
+    /// that never gets an answer (a network partition that swallowed it)
+    /// wedges every later one behind it. A caller that waits out its
+    /// timeout gets [`ClientError::RequestTimeout`] and its connection is
+    /// dropped; but callers that keep giving up early (a select loop that
+    /// re-issues a Metadata request every round) would queue behind the
+    /// lost request forever. The connection pool asks this before handing
+    /// the connection out again and closes it if so, as Kafka's Java client
+    /// closes a connection with a request past `request.timeout.ms`.
+    pub fn overdue_request(&self) -> Option<ClientError> {
+        let now = tokio::time::Instant::now();
+        let state = self.shared.lock();
+        let State::Open { pending } = &*state else {
+            return None;
+        };
+        pending.values().find_map(|w| match w {
+            Waiter::Abandoned {
+                api,
+                deadline,
+                timeout,
+            } if *deadline <= now => Some(ClientError::RequestTimeout {
+                broker: self.shared.broker.clone(),
+                api: *api,
+                after: *timeout,
+            }),
+            _ => None,
+        })
+    }
+
     /// Whether the connection can still carry new requests: not poisoned and
     /// its SASL session not about to end.
     pub fn is_usable(&self) -> bool {
@@ -551,6 +603,9 @@ impl Messenger {
             correlation_id,
             sent: false,
             done: !expect_response,
+            api,
+            deadline: tokio::time::Instant::now() + self.options.request_timeout,
+            timeout: self.options.request_timeout,
         };
         // Cancel-safe: if this future is dropped while waiting for room in
         // the queue, the frame never reaches the writer at all.

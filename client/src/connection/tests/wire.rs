@@ -353,3 +353,38 @@ async fn other_bytes_after_a_decoded_response_still_poison() {
     });
     let _server = server.await.unwrap();
 }
+
+#[tokio::test(start_paused = true)]
+async fn an_abandoned_request_is_overdue_only_past_its_timeout_and_until_answered() {
+    let opts = MessengerOptions {
+        request_timeout: Duration::from_secs(30),
+        ..options()
+    };
+    let (m, mut server) = pair(12, opts);
+    let gave_up = tokio::time::timeout(
+        Duration::from_secs(1),
+        m.request(&MetadataRequest::default()),
+    )
+    .await;
+    assert!(gave_up.is_err());
+    let lost = server.next_request().await.unwrap();
+    assert!(m.overdue_request().is_none(), "within its timeout");
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    let overdue = m.overdue_request().expect("unanswered past its 30 s");
+    assert!(
+        matches!(overdue, ClientError::RequestTimeout { api: ApiKey::Metadata, after, .. } if after == Duration::from_secs(30)),
+        "{overdue}"
+    );
+    // A late answer clears it: the connection was slow, not wedged.
+    server
+        .respond(&lost, metadata_with_cluster_id("late"))
+        .await;
+    tokio::time::timeout(Duration::from_secs(1), async {
+        while m.overdue_request().is_some() {
+            tokio::task::yield_now().await;
+        }
+    })
+    .await
+    .expect("the late response removes the overdue request");
+    assert!(m.is_usable());
+}
