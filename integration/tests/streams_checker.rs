@@ -5,10 +5,13 @@
 //! checked from the raw logs and the state directories.
 //!
 //! `WEIR_STREAMS_SCHEDULES=N` runs N schedules (default
-//! [`DEFAULT_SCHEDULES`]), `WEIR_STREAMS_SEED=S` replays one.
+//! [`DEFAULT_SCHEDULES`]), `WEIR_STREAMS_SEED=S` replays one and
+//! `WEIR_STREAMS_SEED=A..B` runs seeds A to B-1 (a long run in chunks:
+//! `scripts/streams_checker_long.sh`).
 //!
 //! Each schedule runs on its own current-thread runtime with tokio's clock
-//! paused, against its own in-memory cluster; two OS threads share them.
+//! paused, against its own in-memory cluster; two OS threads share them
+//! (`WEIR_STREAMS_THREADS` to change).
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -36,10 +39,15 @@ type Outcome = (StreamsSchedule, Result<StreamsObserved, StreamsViolation>);
 fn run_all(schedules: &[StreamsSchedule]) -> Vec<Outcome> {
     let results = Mutex::new(Vec::new());
     std::thread::scope(|scope| {
-        for thread in 0..THREADS {
+        let threads = std::env::var("WEIR_STREAMS_THREADS")
+            .ok()
+            .and_then(|t| t.parse().ok())
+            .unwrap_or(THREADS)
+            .max(1);
+        for thread in 0..threads {
             let results = &results;
             scope.spawn(move || {
-                for s in schedules.iter().skip(thread).step_by(THREADS) {
+                for s in schedules.iter().skip(thread).step_by(threads) {
                     let result = run_on_paused_clock(s);
                     results.lock().unwrap().push((s.clone(), result));
                 }
@@ -53,7 +61,15 @@ fn run_all(schedules: &[StreamsSchedule]) -> Vec<Outcome> {
 
 fn seeds(default: u64) -> Vec<u64> {
     match std::env::var("WEIR_STREAMS_SEED") {
-        Ok(s) => vec![s.parse().expect("WEIR_STREAMS_SEED is a number")],
+        // One seed, or a range `A..B` (a long run in chunks).
+        Ok(s) => match s.split_once("..") {
+            Some((a, b)) => {
+                let a: u64 = a.parse().expect("WEIR_STREAMS_SEED=A..B: A is a number");
+                let b: u64 = b.parse().expect("WEIR_STREAMS_SEED=A..B: B is a number");
+                (a..b).collect()
+            }
+            None => vec![s.parse().expect("WEIR_STREAMS_SEED is a number")],
+        },
         Err(_) => {
             let n = std::env::var("WEIR_STREAMS_SCHEDULES")
                 .ok()
