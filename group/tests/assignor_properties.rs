@@ -47,6 +47,7 @@ fn group(equal: bool) -> impl Strategy<Value = GroupSubscription> {
                                     .map(|(t, p)| TopicPartition::new(TOPICS[t], p))
                                     .collect(),
                                 generation,
+                                rack: None,
                             },
                         )
                     })

@@ -95,6 +95,7 @@ impl Sim {
                             topics: m.topics.clone(),
                             owned: m.owned.iter().cloned().collect(),
                             generation: m.generation,
+                            rack: None,
                         },
                     )
                 })

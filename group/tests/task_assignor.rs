@@ -577,3 +577,87 @@ fn the_task_whose_warmup_has_room_goes_first() {
     assert_eq!(out.clients["c"].active, [t(1, 3)].into());
     check_balanced(&last_input, &out).unwrap();
 }
+
+/// The racks holding an active or standby copy of each task (warmups are
+/// placed for a move, not for redundancy).
+fn racks_of_copies(
+    input: &TaskAssignmentInput,
+    out: &TaskAssignment,
+) -> BTreeMap<TaskId, Vec<String>> {
+    let mut racks: BTreeMap<TaskId, Vec<String>> = BTreeMap::new();
+    for (id, c) in &out.clients {
+        let rack = input.clients[id].rack.clone().unwrap_or_default();
+        for task in c.active.iter().chain(&c.standby) {
+            racks.entry(*task).or_default().push(rack.clone());
+        }
+    }
+    racks
+}
+
+#[test]
+fn standbys_go_to_racks_that_hold_no_copy_of_their_task() {
+    // 3 racks of 1-3 clients each, standbys 1 or 2: every task's copies
+    // are in distinct racks, from an empty start and after it settles.
+    for per_rack in 1..=3usize {
+        for standbys in 1..=2u32 {
+            for tasks in [3u32, 6, 12] {
+                let mut input = TaskAssignmentInput {
+                    clients: BTreeMap::new(),
+                    stateful_tasks: (0..tasks).map(|p| t(0, p)).collect(),
+                    stateless_tasks: BTreeSet::new(),
+                };
+                // Names interleave racks so that name order alone would
+                // not spread them: a0 a1 a2 in rack-a, then b0 ...
+                for rack in ["a", "b", "c"] {
+                    for i in 0..per_rack {
+                        let mut c = ClientState::new(1);
+                        c.rack = Some(format!("rack-{rack}"));
+                        input.clients.insert(format!("{rack}{i}"), c);
+                    }
+                }
+                let config = TaskAssignorConfig {
+                    num_standby_replicas: standbys,
+                    ..TaskAssignorConfig::default()
+                };
+                let mut out = assign(&input, &config).unwrap();
+                for round in 0..3 {
+                    check_invariants(&input, &config, &out).unwrap();
+                    for (task, racks) in racks_of_copies(&input, &out) {
+                        let distinct: BTreeSet<&String> = racks.iter().collect();
+                        assert_eq!(
+                            distinct.len(),
+                            racks.len(),
+                            "{per_rack} per rack, {standbys} standbys, {tasks} tasks, round {round}: {task} has copies in {racks:?}: {:?}",
+                            out.clients
+                        );
+                    }
+                    input = next_round(&input, &out);
+                    out = assign(&input, &config).unwrap();
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn without_racks_standbys_are_placed_as_before() {
+    // No client has a rack: the rack rule changes nothing (same output as
+    // with every client in one rack).
+    let mut input = TaskAssignmentInput {
+        clients: BTreeMap::new(),
+        stateful_tasks: (0..6).map(|p| t(0, p)).collect(),
+        stateless_tasks: BTreeSet::new(),
+    };
+    for i in 0..4 {
+        input.clients.insert(format!("c{i}"), ClientState::new(1));
+    }
+    let config = TaskAssignorConfig {
+        num_standby_replicas: 1,
+        ..TaskAssignorConfig::default()
+    };
+    let plain = assign(&input, &config).unwrap();
+    for c in input.clients.values_mut() {
+        c.rack = Some("one".to_owned());
+    }
+    assert_eq!(assign(&input, &config).unwrap(), plain);
+}

@@ -137,6 +137,10 @@ pub struct StreamsConfig {
     pub application_server: Option<String>,
     /// `group.instance.id`: static membership of this instance.
     pub instance_id: Option<String>,
+    /// `client.rack`: this instance's rack (or zone), sent to the group;
+    /// standby replicas of a task go to instances in racks that hold no
+    /// copy of it yet, where there is one.
+    pub rack: Option<String>,
     /// `session.timeout.ms` (default 10 s).
     pub session_timeout: Duration,
     /// `heartbeat.interval.ms` (default 250 ms, Kafka's is 3 s): members learn
@@ -219,6 +223,7 @@ pub const KEYS: &[&str] = &[
     "probing.rebalance.interval.ms",
     "application.server",
     "group.instance.id",
+    "client.rack",
     "session.timeout.ms",
     "heartbeat.interval.ms",
     "max.poll.interval.ms",
@@ -259,6 +264,7 @@ impl StreamsConfig {
             probing_rebalance_interval: Duration::from_secs(600),
             application_server: None,
             instance_id: None,
+            rack: None,
             session_timeout: Duration::from_secs(10),
             heartbeat_interval: Duration::from_millis(250),
             max_poll_interval: Duration::from_secs(300),
@@ -371,6 +377,7 @@ impl StreamsConfig {
                 self.application_server = Some(value.to_owned());
             }
             "group.instance.id" => self.instance_id = Some(value.to_owned()),
+            "client.rack" => self.rack = Some(value.to_owned()),
             "session.timeout.ms" => self.session_timeout = millis(key, value)?,
             "heartbeat.interval.ms" => self.heartbeat_interval = millis(key, value)?,
             "max.poll.interval.ms" => self.max_poll_interval = millis(key, value)?,

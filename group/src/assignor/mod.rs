@@ -51,6 +51,8 @@ pub struct MemberSubscription {
     pub owned: Vec<TopicPartition>,
     /// Generation of `owned` (v2+), or [`NO_GENERATION`].
     pub generation: i32,
+    /// The member's `client.rack` (v3+).
+    pub rack: Option<String>,
 }
 
 impl MemberSubscription {
@@ -65,6 +67,7 @@ impl MemberSubscription {
             topics: topics.into_iter().map(Into::into).collect(),
             owned: Vec::new(),
             generation: NO_GENERATION,
+            rack: None,
         }
     }
 
@@ -97,6 +100,7 @@ impl MemberSubscription {
                 })
                 .collect(),
             generation,
+            rack: subscription.rack_id.clone(),
         }
     }
 }

@@ -76,6 +76,7 @@ pub(crate) async fn assign(
                     topics: Default::default(),
                     owned: Vec::new(),
                     generation: NO_GENERATION,
+                    rack: None,
                 }
             }
         };

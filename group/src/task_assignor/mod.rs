@@ -76,6 +76,10 @@ pub struct ClientState {
     /// entry has an unknown lag and is never caught up; [`task_lags`] fills
     /// this from the offset sums in a client's subscription as Kafka does.
     pub lags: BTreeMap<TaskId, u64>,
+    /// The client's rack (`client.rack`): standbys of a task go to racks
+    /// that hold no copy of it yet, where there is one, so that losing a
+    /// rack (a zone) does not lose every copy of a task's state.
+    pub rack: Option<String>,
 }
 
 impl ClientState {
@@ -86,6 +90,7 @@ impl ClientState {
             previous_active: BTreeSet::new(),
             previous_standby: BTreeSet::new(),
             lags: BTreeMap::new(),
+            rack: None,
         }
     }
 }

@@ -189,9 +189,34 @@ fn best_rank(input: &TaskAssignmentInput, task: &TaskId, pick: impl Fn(&str) -> 
         .unwrap_or(LagRank::NoState)
 }
 
+/// How many clients other than `client` in `client`'s rack hold a copy of
+/// `task`; 0 when `client` has no rack.
+fn rack_copies(
+    input: &TaskAssignmentInput,
+    clients: &BTreeMap<String, ClientAssignment>,
+    client: &str,
+    task: &TaskId,
+) -> usize {
+    let Some(rack) = input.clients.get(client).and_then(|c| c.rack.as_ref()) else {
+        return 0;
+    };
+    clients
+        .iter()
+        .filter(|(id, c)| {
+            id.as_str() != client
+                && c.holds(task)
+                && input
+                    .clients
+                    .get(id.as_str())
+                    .is_some_and(|s| s.rack.as_ref() == Some(rack))
+        })
+        .count()
+}
+
 /// Places `num_standby_replicas` standbys of every stateful task on clients
-/// that hold no copy of it, balanced by quota, the least lagging first (a
-/// previous standby has the least lag, so standbys are sticky too).
+/// that hold no copy of it, balanced by quota, in racks with the fewest
+/// copies of it first (`client.rack`), then the least lagging (a previous
+/// standby has the least lag, so standbys are sticky too).
 pub(super) fn standbys(
     input: &TaskAssignmentInput,
     config: &TaskAssignorConfig,
@@ -219,42 +244,38 @@ pub(super) fn standbys(
                 .iter()
                 .filter(|(id, _)| clients.get(*id).is_some_and(|c| !c.holds(task)))
                 .collect();
-            let with_room: Vec<_> = free
+            // Prevents: every copy of a task in one rack, lost together
+            // with it. The rack spread ranks first, as in Kafka's
+            // rack-aware standby assignment (even over the quota); then a
+            // client within its quota, the least lagging; over quota, the
+            // least loaded. Without racks this is the quota-first order.
+            let spread = |id: &str| rack_copies(input, clients, id, task);
+            let pick = free
                 .iter()
-                .filter(|(id, _)| quotas.has_room(id))
-                .copied()
-                .collect();
-            let pick = if with_room.is_empty() {
-                free.iter()
-                    .min_by(|(a_id, a), (b_id, b)| {
+                .min_by(|(a_id, a), (b_id, b)| {
+                    let by_load = || {
                         cmp_load(
                             quotas.count(a_id),
                             a.capacity,
                             quotas.count(b_id),
                             b.capacity,
                         )
-                        .then_with(|| lag_rank(a, task).cmp(&lag_rank(b, task)))
+                    };
+                    let by_lag = || lag_rank(a, task).cmp(&lag_rank(b, task));
+                    let (room_a, room_b) = (quotas.has_room(a_id), quotas.has_room(b_id));
+                    spread(a_id)
+                        .cmp(&spread(b_id))
+                        .then_with(|| room_b.cmp(&room_a))
+                        .then_with(|| {
+                            if room_a && room_b {
+                                by_lag().then_with(by_load)
+                            } else {
+                                by_load().then_with(by_lag)
+                            }
+                        })
                         .then_with(|| a_id.cmp(b_id))
-                    })
-                    .map(|(id, _)| id.as_str())
-            } else {
-                with_room
-                    .iter()
-                    .min_by(|(a_id, a), (b_id, b)| {
-                        lag_rank(a, task)
-                            .cmp(&lag_rank(b, task))
-                            .then_with(|| {
-                                cmp_load(
-                                    quotas.count(a_id),
-                                    a.capacity,
-                                    quotas.count(b_id),
-                                    b.capacity,
-                                )
-                            })
-                            .then_with(|| a_id.cmp(b_id))
-                    })
-                    .map(|(id, _)| id.as_str())
-            };
+                })
+                .map(|(id, _)| id.as_str());
             let Some(id) = pick else { break };
             quotas.take(id);
             if let Some(c) = clients.get_mut(id) {
@@ -297,10 +318,23 @@ fn balance_standbys(input: &TaskAssignmentInput, clients: &mut BTreeMap<String, 
                     continue;
                 };
                 let to_state = input.clients.get(to.as_str());
+                // A move never puts more copies of a task in one rack.
                 let candidate = src
                     .standby
                     .iter()
                     .filter(|task| !dst.holds(task))
+                    .filter(|task| {
+                        // Copies in `to`'s rack once it holds the task
+                        // (without `from`'s, if the two share a rack).
+                        let from_rack = input
+                            .clients
+                            .get(from.as_str())
+                            .and_then(|c| c.rack.as_ref());
+                        let to_rack = input.clients.get(to.as_str()).and_then(|c| c.rack.as_ref());
+                        let shared = usize::from(from_rack.is_some() && from_rack == to_rack);
+                        rack_copies(input, clients, to, task).saturating_sub(shared)
+                            <= rack_copies(input, clients, from, task)
+                    })
                     .min_by_key(|task| to_state.map(|c| lag_rank(c, task)))
                     .copied();
                 if let Some(task) = candidate {

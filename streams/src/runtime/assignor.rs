@@ -453,6 +453,7 @@ impl StreamsAssignor {
             let mut client = ClientState::new(info.threads.max(1));
             client.previous_active = self.tasks_of(&owned);
             client.lags = task_assignor::task_lags(&ends, &info.offset_sums);
+            client.rack.clone_from(&m.subscription.rack);
             input.clients.insert(member.clone(), client);
         }
         let config = TaskAssignorConfig {

@@ -449,6 +449,9 @@ impl KafkaStreams {
         if let Some(id) = &config.instance_id {
             member_config = member_config.with_instance_id(id.clone());
         }
+        if let Some(rack) = &config.rack {
+            member_config = member_config.with_rack(rack.clone());
+        }
         let member = GroupMember::start(cluster.clone(), member_config)
             .map_err(|e| StreamsError::group("joining the group", e))?;
         let started_wall_ms = std::time::SystemTime::now()
