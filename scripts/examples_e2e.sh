@@ -6,7 +6,8 @@
 #
 #   scripts/examples_e2e.sh
 #
-# Checks: a missing input topic is one clear line and a non-zero exit; SIGTERM
+# Checks: a missing input topic is one clear line and a non-zero exit; the
+# Prometheus endpoint of --metrics-addr serves the instance's metrics; SIGTERM
 # exits 0; under exactly-once the output holds one record per input word and
 # every word's last count is its recount. Builds what it runs (debug).
 # CARGO_TARGET_DIR is respected. Exit status 0 if every check passed.
@@ -92,10 +93,12 @@ cat "$work/first.txt" "$work/second.txt" >"$work/all.txt"
 words=$(wc -w <"$work/all.txt")
 
 last_pid=""
-start() { # name state-dir; sets last_pid (not in a subshell, so `wait` can reap it)
-    "$BIN/examples/wordcount" --application-id wc --state-dir "$work/$2" --input lines \
-        --output counts --guarantee exactly-once --threads 2 --instance-id "$2" \
-        -X session.timeout.ms=10000 -X commit.interval.ms=200 2>"$work/$1.log" >/dev/null &
+start() { # name state-dir [flags...]; sets last_pid (not in a subshell, so `wait` can reap it)
+    local name="$1" dir="$2"
+    shift 2
+    "$BIN/examples/wordcount" --application-id wc --state-dir "$work/$dir" --input lines \
+        --output counts --guarantee exactly-once --threads 2 --instance-id "$dir" \
+        -X session.timeout.ms=10000 -X commit.interval.ms=200 "$@" 2>"$work/$name.log" >/dev/null &
     last_pid=$!
     pids+=("$last_pid")
 }
@@ -125,10 +128,20 @@ stop() { # pid name: SIGTERM, which must close it gracefully (exit 0)
 weir produce -t lines <"$work/first.txt"
 start a s1
 a=$last_pid
-start b s2
+start b s2 --metrics-addr 127.0.0.1:0
 b=$last_pid
 wait_outputs 100
 say "ok   two instances count"
+
+# The Prometheus endpoint (--metrics-addr): b's counters and per-task gauges.
+url=$(grep -o 'http://[0-9.]*:[0-9]*/metrics' "$work/b.log" | head -n1)
+[[ -n "$url" ]] || die "b logged no metrics address"
+python3 -c 'import sys, urllib.request; sys.stdout.write(urllib.request.urlopen(sys.argv[1], timeout=10).read().decode())' \
+    "$url" >"$work/metrics.txt" || die "GET $url failed"
+for metric in weir_streams_processed_records_total weir_streams_task_lag weir_streams_commit_seconds; do
+    grep -q "^$metric" "$work/metrics.txt" || die "$url has no $metric: $(head -c 600 "$work/metrics.txt")"
+done
+say "ok   $url serves $(grep -c '^weir_streams_' "$work/metrics.txt") weir_streams series"
 
 # 2. SIGTERM mid-run: a closes gracefully (exit 0); a new process takes its place.
 weir produce -t lines <"$work/second.txt"

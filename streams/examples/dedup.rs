@@ -5,7 +5,7 @@
 //! ```text
 //! dedup --bootstrap HOST:PORT --application-id ID --state-dir DIR --input TOPIC --output TOPIC
 //!       [--guarantee at-least-once|exactly-once] [--threads N] [--standbys N]
-//!       [--instance-id ID] [-X key=value]... [--window-ms MS] [--fail-marker TEXT]
+//!       [--instance-id ID] [--metrics-addr HOST:PORT] [-X key=value]... [--window-ms MS] [--fail-marker TEXT]
 //! ```
 //!
 //! Input key = command id, value = payload. Output key = command id, value
@@ -47,5 +47,10 @@ fn main() -> ExitCode {
         args.fail_marker.clone(),
         apps::dedup::FailedOnce::default(),
     );
-    cli::run("dedup", topology, args.common.config())
+    cli::run(
+        "dedup",
+        topology,
+        args.common.config(),
+        args.common.metrics_addr,
+    )
 }

@@ -145,7 +145,7 @@ fn main() -> ExitCode {
         Command::Run { customers, common } => {
             cli::init_logs();
             let topology = apps::orders::topology(&customers, &common.input, &common.output);
-            cli::run("orders", topology, common.config())
+            cli::run("orders", topology, common.config(), common.metrics_addr)
         }
         Command::Check => {
             // A crash is part of the check: its connection warnings are noise.

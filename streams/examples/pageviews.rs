@@ -130,7 +130,7 @@ fn main() -> ExitCode {
         Command::Run { common } => {
             cli::init_logs();
             let topology = apps::pageviews::topology(&common.input, &common.output);
-            cli::run("pageviews", topology, common.config())
+            cli::run("pageviews", topology, common.config(), common.metrics_addr)
         }
         Command::Check => {
             // A crash is part of the check: its connection warnings are noise.

@@ -121,7 +121,7 @@ fn main() -> ExitCode {
         Command::Run { common } => {
             cli::init_logs();
             let topology = apps::sessions::topology(&common.input, &common.output);
-            cli::run("sessions", topology, common.config())
+            cli::run("sessions", topology, common.config(), common.metrics_addr)
         }
         Command::Check => {
             // A crash is part of the check: its connection warnings are noise.

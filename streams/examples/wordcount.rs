@@ -3,7 +3,7 @@
 //! ```text
 //! wordcount --bootstrap HOST:PORT --application-id ID --state-dir DIR --input TOPIC --output TOPIC
 //!           [--guarantee at-least-once|exactly-once] [--threads N] [--standbys N]
-//!           [--instance-id ID] [-X key=value]...
+//!           [--instance-id ID] [--metrics-addr HOST:PORT] [-X key=value]...
 //! ```
 //!
 //! Reads text lines (record values), splits them on whitespace, lowercases,
@@ -30,5 +30,10 @@ fn main() -> ExitCode {
     let args = Args::parse();
     cli::init_logs();
     let topology = apps::wordcount::topology(&args.common.input, &args.common.output);
-    cli::run("wordcount", topology, args.common.config())
+    cli::run(
+        "wordcount",
+        topology,
+        args.common.config(),
+        args.common.metrics_addr,
+    )
 }

@@ -27,7 +27,8 @@ fn values(snapshotter: &Snapshotter) -> BTreeMap<String, f64> {
             let v = match v {
                 DebugValue::Counter(n) => n as f64,
                 DebugValue::Gauge(g) => g.into_inner(),
-                DebugValue::Histogram(_) => f64::NAN,
+                // A histogram: how many samples it holds.
+                DebugValue::Histogram(samples) => samples.len() as f64,
             };
             (k.key().name().to_owned(), v)
         })
@@ -93,6 +94,16 @@ async fn the_instance_publishes_its_counters_and_tasks_through_the_metrics_facad
     // Lines in, then each word once more from the repartition topic.
     assert_eq!(processed as u64, input.len() as u64 + words, "{m:?}");
     assert!(m["weir_streams_commits_total"] >= 1.0, "{m:?}");
+    assert!(
+        m["weir_streams_commit_seconds"] >= 1.0,
+        "commit latency samples: {m:?}"
+    );
+    // Started in Rebalancing, then Running: one rebalance, timed.
+    assert!(m["weir_streams_rebalances_total"] >= 1.0, "{m:?}");
+    assert!(
+        m["weir_streams_rebalance_seconds"] >= 1.0,
+        "rebalance durations: {m:?}"
+    );
     assert_eq!(m["weir_streams_active_tasks"], 4.0, "{m:?}");
     assert_eq!(m["weir_streams_restoring_tasks"], 0.0, "{m:?}");
     assert_eq!(a.metrics().processed as f64, processed);

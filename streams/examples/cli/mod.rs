@@ -57,6 +57,10 @@ pub struct Common {
     /// Any Streams or client property, KEY=VALUE (repeatable).
     #[arg(short = 'X', value_name = "KEY=VALUE", value_parser = key_value)]
     pub properties: Vec<(String, String)>,
+    /// Serve the instance's metrics (task lags, restore progress, records
+    /// processed, commits...) for Prometheus at http://HOST:PORT/metrics.
+    #[arg(long, value_name = "HOST:PORT")]
+    pub metrics_addr: Option<std::net::SocketAddr>,
 }
 
 fn key_value(s: &str) -> Result<(String, String), String> {
@@ -122,11 +126,44 @@ pub fn init_logs_at(default: &str) {
         .init();
 }
 
-/// Runs `topology` until SIGTERM or SIGINT, then closes gracefully.
+/// Installs a Prometheus recorder for the `metrics` facade and serves its
+/// text format at `http://addr/metrics` (any path answers the same).
+async fn serve_metrics(addr: std::net::SocketAddr) -> std::io::Result<std::net::SocketAddr> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let handle = metrics_exporter_prometheus::PrometheusBuilder::new()
+        .install_recorder()
+        .map_err(std::io::Error::other)?;
+    let listener = tokio::net::TcpListener::bind(addr).await?;
+    let bound = listener.local_addr()?;
+    tokio::spawn(async move {
+        loop {
+            let Ok((mut conn, _)) = listener.accept().await else {
+                continue;
+            };
+            let body = handle.render();
+            tokio::spawn(async move {
+                // One request per connection: read its head, answer, close.
+                let mut head = [0u8; 4096];
+                let _ = conn.read(&mut head).await;
+                let response = format!(
+                    "HTTP/1.1 200 OK\r\ncontent-type: text/plain; version=0.0.4\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+                let _ = conn.write_all(response.as_bytes()).await;
+                let _ = conn.shutdown().await;
+            });
+        }
+    });
+    Ok(bound)
+}
+
+/// Runs `topology` until SIGTERM or SIGINT, then closes gracefully; with
+/// `metrics_addr`, serves its metrics for Prometheus meanwhile.
 pub fn run(
     name: &str,
     topology: weir_streams::Result<Topology>,
     config: weir_streams::Result<StreamsConfig>,
+    metrics_addr: Option<std::net::SocketAddr>,
 ) -> ExitCode {
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -146,6 +183,15 @@ pub fn run(
                 return ExitCode::from(2);
             }
         };
+        if let Some(addr) = metrics_addr {
+            match serve_metrics(addr).await {
+                Ok(bound) => tracing::info!(%bound, "serving metrics at http://{bound}/metrics"),
+                Err(e) => {
+                    eprintln!("{name}: cannot serve metrics on {addr}: {e}");
+                    return ExitCode::from(2);
+                }
+            }
+        }
         let streams = match KafkaStreams::start(topology, config).await {
             Ok(s) => s,
             Err(e) => {

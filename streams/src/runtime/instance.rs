@@ -118,6 +118,9 @@ struct Instance {
     /// A graceful close handing the tasks over: until when, and the
     /// generation it started in.
     draining: Option<(tokio::time::Instant, i32)>,
+    /// When the instance last went into `Rebalancing`, for the rebalance
+    /// duration metric.
+    rebalancing_since: std::cell::Cell<Option<tokio::time::Instant>>,
 }
 
 impl Instance {
@@ -211,6 +214,21 @@ impl Instance {
             let changed = *s != state;
             if changed {
                 tracing::info!(application_id = %self.rt.app(), from = ?*s, to = ?state, "state");
+                let labels = self.rt.metric_labels();
+                match (*s, state) {
+                    (_, State::Rebalancing) => {
+                        self.rebalancing_since
+                            .set(Some(tokio::time::Instant::now()));
+                        metrics::counter!("weir_streams_rebalances_total", &labels).increment(1);
+                    }
+                    (State::Rebalancing, _) => {
+                        if let Some(since) = self.rebalancing_since.take() {
+                            metrics::histogram!("weir_streams_rebalance_seconds", &labels)
+                                .record(since.elapsed().as_secs_f64());
+                        }
+                    }
+                    _ => {}
+                }
                 *s = state;
             }
             changed
@@ -355,7 +373,10 @@ pub(crate) async fn run(
         rejoin_pending: false,
         last_followup: None,
         draining: None,
+        // An instance starts in Rebalancing: its first join counts.
+        rebalancing_since: std::cell::Cell::new(Some(tokio::time::Instant::now())),
     };
+    metrics::counter!("weir_streams_rebalances_total", &rt.metric_labels()).increment(1);
     let mut tick = tokio::time::interval(Duration::from_millis(100));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut stalled_before = false;

@@ -173,12 +173,10 @@ impl Runtime {
         }
     }
 
-    /// Publishes the instance's counters and task counts through the
-    /// `metrics` facade (whatever recorder the application installed, a
-    /// Prometheus exporter say), labelled with the application id and the
-    /// instance (its `group.instance.id`, else its process id).
-    pub(crate) fn export_metrics(&self) {
-        let labels = [
+    /// The labels of every metric of this instance: the application id and
+    /// the instance (its `group.instance.id`, else its process id).
+    pub(crate) fn metric_labels(&self) -> [(&'static str, String); 2] {
+        [
             ("application_id", self.config.application_id.clone()),
             (
                 "instance",
@@ -187,7 +185,15 @@ impl Runtime {
                     .clone()
                     .unwrap_or_else(|| self.process_id.clone()),
             ),
-        ];
+        ]
+    }
+
+    /// Publishes the instance's counters and task counts through the
+    /// `metrics` facade (whatever recorder the application installed, a
+    /// Prometheus exporter say), labelled with the application id and the
+    /// instance (its `group.instance.id`, else its process id).
+    pub(crate) fn export_metrics(&self) {
+        let labels = self.metric_labels();
         let c = &self.counters;
         for (name, value) in [
             ("weir_streams_processed_records_total", &c.processed),

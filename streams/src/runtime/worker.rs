@@ -626,6 +626,7 @@ impl Worker {
             );
             return Ok(());
         }
+        let started = tokio::time::Instant::now();
         // Held-back records (the DSL's record caches) go out with this
         // commit.
         let mut flushed = Vec::new();
@@ -654,6 +655,8 @@ impl Worker {
         match result {
             Ok(()) => {
                 rt.counters.commits.fetch_add(1, Ordering::Relaxed);
+                metrics::histogram!("weir_streams_commit_seconds", &rt.metric_labels())
+                    .record(started.elapsed().as_secs_f64());
                 tracing::debug!(tasks = self.tasks.len(), "committed");
                 Ok(())
             }
