@@ -12,7 +12,8 @@
 # 4. cargo fmt --check, clippy -D warnings, nextest (unit + integration), the same probe
 #    against weir-testkit plus the zombie-fencing probe (scripts/interop/probe_testkit.sh),
 #    the weir CLI against librdkafka's mock cluster (scripts/interop/probe_mock_cluster.sh:
-#    ApiVersions downgrade), the weir-streams examples as processes (scripts/examples_e2e.sh),
+#    ApiVersions downgrade), the weir-streams examples as processes (scripts/examples_e2e.sh), a rolling deploy
+#    of wordcount processes (scripts/rolling_deploy_procs.py),
 #    doc tests, and a compile check of the fuzz targets.
 #
 # Every cargo step runs even if an earlier one failed, so one run shows all problems; the
@@ -193,6 +194,9 @@ step mock-cluster-probe "$SCRIPT_DIR/interop/probe_mock_cluster.sh" "$WEIR_CLI_B
 # Issue 14: the weir-streams examples as separate processes on `weir-testkit serve`: a
 # clear error for a missing topic, SIGTERM exits 0, a replaced instance, exact counts.
 step examples-e2e "$SCRIPT_DIR/examples_e2e.sh"
+# A rolling deploy of 3 wordcount processes (built by examples-e2e): worst latency per
+# partition printed, exactly-once checked.
+step rolling-deploy-procs python3 "$SCRIPT_DIR/rolling_deploy_procs.py" --bin "${CARGO_TARGET_DIR:-$REPO_ROOT/target}/debug"
 # Issue 16: the DSL examples check their own results on an embedded cluster, with a crash.
 step dsl-examples "$SCRIPT_DIR/dsl_examples.sh"
 step doctests cargo test --workspace --doc
