@@ -223,3 +223,95 @@ async fn a_caught_up_standby_commits_the_changelog_end_past_the_markers() {
         );
     }
 }
+
+/// Kafka Streams moves a task to a caught-up warmup only at the next
+/// probing rebalance (10 minutes by default). Here the warmup's instance
+/// asks for the follow-up rebalance as soon as it has caught up: its
+/// JoinGroup comes within one heartbeat interval of the warmup's lag
+/// reaching `acceptable.recovery.lag` (as `tasks()` shows it).
+#[tokio::test(start_paused = true)]
+async fn a_caught_up_warmup_rejoins_within_one_heartbeat_interval() {
+    use weir_protocol::ApiKey;
+    use weir_streams::runtime::TaskState;
+    const HEARTBEAT: Duration = Duration::from_millis(1000); // support's config
+    let kit = testkit(1, 2).await;
+    let (input, expected) = lines(300, 31);
+    produce_words(&kit, &input).await;
+    let words: u64 = expected.values().sum();
+    let dirs: Vec<_> = (0..2).map(|_| tempfile::tempdir().unwrap()).collect();
+    let props = [("acceptable.recovery.lag", "10")];
+    let a = start(
+        count_keys(),
+        streams_config(&kit, "wc", "a", dirs[0].path(), &props),
+    )
+    .await;
+    eventually("a counted everything", Duration::from_secs(120), || async {
+        read_committed(&kit, OUTPUT).await.len() as u64 >= words
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(35)).await; // a's 30 s commit
+    let b = start(
+        count_keys(),
+        streams_config(&kit, "wc", "b", dirs[1].path(), &props),
+    )
+    .await;
+    // Watch b's warmup on the paused clock, 10 ms at a time.
+    let warmup = |b: &weir_streams::KafkaStreams| {
+        b.tasks().into_iter().find(|t| t.state == TaskState::Warmup)
+    };
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
+    let assigned_at = loop {
+        if warmup(&b).is_some() {
+            break tokio::time::Instant::now();
+        }
+        assert!(tokio::time::Instant::now() < deadline, "b got no warmup");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+    let caught_up_at = loop {
+        match warmup(&b) {
+            Some(t) if t.lag.is_some_and(|l| l <= 10) => break tokio::time::Instant::now(),
+            // Gone: it caught up and moved between two looks.
+            None => break tokio::time::Instant::now(),
+            Some(_) => {}
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the warmup never caught up"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+    eventually("b runs the task", Duration::from_secs(120), || async {
+        b.metrics().tasks.len() == 1
+    })
+    .await;
+    // The SyncGroup that brought b its warmup is b's last before the
+    // warmup showed; the follow-up is b's next JoinGroup.
+    let requests: Vec<_> = kit
+        .requests()
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|r| r.client_id.as_deref() == Some("b"))
+        .collect();
+    // (In log order: on the paused clock both may carry the same instant.)
+    let synced = requests
+        .iter()
+        .rposition(|r| r.api_key == ApiKey::SyncGroup && r.at <= assigned_at)
+        .expect("b's SyncGroup");
+    let rejoin = requests[synced..]
+        .iter()
+        .find(|r| r.api_key == ApiKey::JoinGroup)
+        .expect("b's follow-up JoinGroup");
+    let after = rejoin.at.saturating_duration_since(caught_up_at);
+    assert!(
+        rejoin.at <= caught_up_at + HEARTBEAT,
+        "the follow-up JoinGroup came {after:?} after the warmup caught up"
+    );
+    eprintln!(
+        "warmup assigned, caught up {:?} later; follow-up JoinGroup {:?} after that",
+        caught_up_at - assigned_at,
+        after
+    );
+    a.close(Duration::from_secs(30)).await.unwrap();
+    b.close(Duration::from_secs(30)).await.unwrap();
+}
