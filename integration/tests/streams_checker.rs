@@ -86,8 +86,12 @@ fn seeds(default: u64) -> Vec<u64> {
 /// Seeds beyond the default range that found bugs: 393 and 691 (a rolling
 /// restart, then a cut from a partition's new leader) stalled a partition
 /// for good, as the stream thread's Metadata requests queued behind one the
-/// cut had swallowed (`client/tests/wedged_connection.rs`).
-const REGRESSION_SEEDS: &[u64] = &[393, 691];
+/// cut had swallowed (`client/tests/wedged_connection.rs`). 8784 (a join,
+/// then a kill of the member revoking the moved task, restarted on its
+/// directory) left that task unowned for good: the static restart had
+/// nothing to revoke, so nobody asked for the follow-up rebalance
+/// (`streams/tests/runtime_static_restart.rs`).
+const REGRESSION_SEEDS: &[u64] = &[393, 691, 8784];
 
 #[test]
 fn the_runtime_keeps_its_guarantees_through_seeded_faults() {

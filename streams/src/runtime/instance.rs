@@ -28,6 +28,15 @@ const STALL: Duration = Duration::from_secs(5);
 /// The least time between two follow-up rebalances asked for by warmups.
 const FOLLOWUP_SPACING: Duration = Duration::from_secs(5);
 
+/// How long a task assigned here may stay withheld (its partitions still
+/// owned by its previous member, which revokes them and rejoins) before
+/// this instance asks for the follow-up rebalance itself, in heartbeat
+/// intervals (at least [`WITHHELD_WAIT_MIN`]): the previous owner's
+/// follow-up reaches this member at its next heartbeat after the revoke's
+/// commit, so this is only a fallback.
+const WITHHELD_WAIT_HEARTBEATS: u32 = 4;
+const WITHHELD_WAIT_MIN: Duration = Duration::from_secs(1);
+
 /// Aborts the tasks it holds when dropped: an instance that is dropped or
 /// killed takes its workers with it.
 struct Workers {
@@ -115,6 +124,9 @@ struct Instance {
     probing_at: Option<tokio::time::Instant>,
     /// A follow-up rebalance to ask for once the instance polls.
     rejoin_pending: bool,
+    /// Until when tasks assigned here may stay withheld by their previous
+    /// owner, and which.
+    withheld: Option<(tokio::time::Instant, BTreeSet<TaskId>)>,
     /// A graceful close handing the tasks over: until when, and the
     /// generation it started in.
     draining: Option<(tokio::time::Instant, i32)>,
@@ -252,6 +264,25 @@ impl Instance {
     }
 
     /// New tasks go to the worker with the fewest; a task keeps its worker.
+    /// Notes the active tasks of the current assignment whose partitions
+    /// were withheld (another member still owned them): if they are still
+    /// not here after a few heartbeats, the instance asks for the
+    /// follow-up rebalance itself.
+    fn note_withheld(&mut self) {
+        let assignment = self.rt.assignor.assignment().unwrap_or_default();
+        let tasks: BTreeSet<TaskId> = assignment
+            .active
+            .iter()
+            .filter(|t| !self.placement.contains_key(t))
+            .copied()
+            .collect();
+        self.withheld = (!tasks.is_empty()).then(|| {
+            let wait = (self.rt.config.heartbeat_interval * WITHHELD_WAIT_HEARTBEATS)
+                .max(WITHHELD_WAIT_MIN);
+            (tokio::time::Instant::now() + wait, tasks)
+        });
+    }
+
     fn assign(&mut self, partitions: &[GroupPartition], generation: i32) {
         let mut per_worker: Vec<Vec<(TaskId, Vec<GroupPartition>)>> =
             vec![Vec::new(); self.workers.senders.len()];
@@ -371,6 +402,7 @@ pub(crate) async fn run(
         warming: BTreeSet::new(),
         probing_at: None,
         rejoin_pending: false,
+        withheld: None,
         last_followup: None,
         draining: None,
         // An instance starts in Rebalancing: its first join counts.
@@ -405,6 +437,7 @@ pub(crate) async fn run(
                     active.extend(tasks_of(&rt, &partitions).into_keys());
                     instance.reconcile_standbys(&active, member.generation()).await;
                     instance.assign(&partitions, member.generation());
+                    instance.note_withheld();
                     rt.confirmed_generation.store(member.generation(), std::sync::atomic::Ordering::Release);
                     instance.refresh_state();
                     if let Some((_, since)) = instance.draining
@@ -488,6 +521,15 @@ pub(crate) async fn run(
                     break Ok(());
                 }
                 instance.refresh_state();
+                if let Some((at, tasks)) = instance.withheld.take_if(|(at, _)| tokio::time::Instant::now() >= *at) {
+                    // Prevents: a task nobody runs. Its previous owner was to
+                    // revoke it and rejoin, and did not: restarted as a
+                    // static member, it got its cached assignment (without
+                    // the task) and had nothing to revoke, so the follow-up
+                    // rebalance that hands the task here never came.
+                    tracing::info!(application_id = %rt.app(), tasks = ?tasks, waited = ?at.elapsed(), "tasks assigned here are still withheld by their previous owner: asking for the follow-up rebalance");
+                    instance.rejoin_pending = true;
+                }
                 if instance.probing_at.is_some_and(|at| tokio::time::Instant::now() >= at) {
                     tracing::info!(application_id = %rt.app(), "probing rebalance: warmups did not catch up within probing.rebalance.interval.ms");
                     instance.probing_at = None;
