@@ -410,6 +410,55 @@ fn a_standby_caught_up_takes_over_from_a_failed_client() {
 }
 
 #[test]
+fn a_warmup_is_not_retargeted_to_a_task_with_a_smaller_changelog() {
+    // a restarted with an empty directory; its tasks 0_1 and 0_4 went to b
+    // and c, and a warms both up. 0_4's warmup has caught up; 0_1's has not
+    // started (lag 557), and 0_5, of which a has no copy, would restore
+    // 290 from scratch. b keeps 0_2 and 0_5; 0_1 stays on b only until
+    // a's warmup of it is caught up (seen in tests/rolling_deploy.rs: 0_5
+    // moved to a, the 0_1 warmup was dropped, 0_1 moved again later).
+    let mut a = ClientState::new(2);
+    a.warmups = [t(0, 1), t(0, 4)].into();
+    a.previous_standby = [t(0, 0), t(0, 1), t(0, 2), t(0, 4)].into();
+    a.lags = [
+        (t(0, 0), 291),
+        (t(0, 1), 557),
+        (t(0, 2), 291),
+        (t(0, 3), 389),
+        (t(0, 4), 10),
+        (t(0, 5), 290),
+    ]
+    .into();
+    let mut b = ClientState::new(2);
+    b.previous_active = [t(0, 1), t(0, 2), t(0, 5)].into();
+    b.lags = [(t(0, 0), 291), (t(0, 3), 3), (t(0, 4), 25)].into();
+    let mut c = ClientState::new(2);
+    c.previous_active = [t(0, 0), t(0, 3), t(0, 4)].into();
+    c.lags = [(t(0, 1), 14), (t(0, 2), 290), (t(0, 5), 8)].into();
+    let input = TaskAssignmentInput {
+        clients: [
+            ("a".to_owned(), a),
+            ("b".to_owned(), b),
+            ("c".to_owned(), c),
+        ]
+        .into(),
+        stateful_tasks: (0..6).map(|p| t(0, p)).collect(),
+        stateless_tasks: BTreeSet::new(),
+    };
+    let config = TaskAssignorConfig {
+        acceptable_recovery_lag: 100,
+        num_standby_replicas: 1,
+        max_warmup_replicas: 6,
+        ..TaskAssignorConfig::default()
+    };
+    let out = assign(&input, &config).unwrap();
+    check_invariants(&input, &config, &out).unwrap();
+    assert_eq!(out.clients["a"].active, [t(0, 4)].into());
+    assert_eq!(out.clients["a"].warmup, [t(0, 1)].into());
+    assert_eq!(out.clients["b"].active, [t(0, 1), t(0, 2), t(0, 5)].into());
+}
+
+#[test]
 fn invalid_configurations_are_errors() {
     let input = TaskAssignmentInput {
         clients: [("a".to_owned(), ClientState::new(0))].into(),

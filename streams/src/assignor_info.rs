@@ -51,7 +51,7 @@ mod tests {
     #[test]
     fn the_public_decoders_read_what_the_assignor_writes() {
         let info = AssignmentInfo {
-            version: 2,
+            version: 3,
             active: [TaskId::new(0, 1)].into(),
             standby: [TaskId::new(0, 2)].into(),
             warmup: [TaskId::new(1, 0)].into(),
@@ -59,7 +59,7 @@ mod tests {
         };
         assert_eq!(decode_assignment(&info.encode()).unwrap(), info);
         let sub = SubscriptionInfo {
-            version: 2,
+            version: 3,
             process_id: "p".into(),
             threads: 2,
             application_server: Some("h:1".into()),

@@ -80,6 +80,10 @@ pub struct ClientState {
     /// that hold no copy of it yet, where there is one, so that losing a
     /// rack (a zone) does not lose every copy of a task's state.
     pub rack: Option<String>,
+    /// The warmups the client restores now (placed by the previous
+    /// assignment to move those tasks to it): over quota, a task moves
+    /// first to a client warming it up, so the warmup is not retargeted.
+    pub warmups: BTreeSet<TaskId>,
 }
 
 impl ClientState {
@@ -91,6 +95,7 @@ impl ClientState {
             previous_standby: BTreeSet::new(),
             lags: BTreeMap::new(),
             rack: None,
+            warmups: BTreeSet::new(),
         }
     }
 }

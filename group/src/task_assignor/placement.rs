@@ -110,7 +110,22 @@ pub(super) fn stateful_target(input: &TaskAssignmentInput) -> BTreeMap<TaskId, S
         .filter(|(id, c)| demand(c) < quotas.floor(id))
         .map(|(id, _)| id.as_str())
         .collect();
-    let mut previous: Vec<(LagRank, LagRank, &str, TaskId)> = input
+    // Prevents: a warmup retargeted before it catches up. A client restarted
+    // with an empty state directory is warmed up on the tasks handed away
+    // from it; when one warmup catches up, the others may still lag more
+    // than a task it has no copy of (a smaller changelog restored from
+    // scratch), and ranked by lag alone that other task would move to it
+    // instead, leaving the handed-away task on its interim owner, to move
+    // again when that one restarts (3-4 moves of one task in a rolling
+    // deploy with empty state; `tests/rolling_deploy.rs`). A task some
+    // spare client is warming up goes first.
+    let warming = |owner: &str, t: &TaskId| {
+        input
+            .clients
+            .iter()
+            .any(|(c, s)| c != owner && spare.contains(c.as_str()) && s.warmups.contains(t))
+    };
+    let mut previous: Vec<(bool, LagRank, LagRank, &str, TaskId)> = input
         .clients
         .iter()
         .flat_map(|(id, client)| {
@@ -122,6 +137,7 @@ pub(super) fn stateful_target(input: &TaskAssignmentInput) -> BTreeMap<TaskId, S
                 .map(move |t| {
                     let owner = id.as_str();
                     (
+                        warming(owner, t),
                         best_rank(input, t, |c| c != owner && spare.contains(c)),
                         best_rank(input, t, |c| c != owner),
                         owner,
@@ -131,13 +147,14 @@ pub(super) fn stateful_target(input: &TaskAssignmentInput) -> BTreeMap<TaskId, S
         })
         .collect();
     // Least caught-up alternatives first; client then task order breaks ties.
-    previous.sort_by(|(sa, ra, ca, ta), (sb, rb, cb, tb)| {
-        sb.cmp(sa)
+    previous.sort_by(|(wa, sa, ra, ca, ta), (wb, sb, rb, cb, tb)| {
+        wa.cmp(wb)
+            .then_with(|| sb.cmp(sa))
             .then_with(|| rb.cmp(ra))
             .then_with(|| ca.cmp(cb))
             .then_with(|| ta.cmp(tb))
     });
-    for (_, _, id, task) in previous {
+    for (_, _, _, id, task) in previous {
         if !target.contains_key(&task) && quotas.has_room(id) {
             quotas.take(id);
             target.insert(task, id);

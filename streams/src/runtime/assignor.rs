@@ -43,8 +43,10 @@ pub const PROTOCOL: &str = "weir-streams";
 /// The version of [`SubscriptionInfo`] and [`AssignmentInfo`] this build
 /// writes. A later version must keep these fields first, so this build can
 /// read a newer member's data during a rolling upgrade. Version 2 adds the
-/// subscription's `draining` flag (a version 1 member never drains).
-const VERSION: u16 = 2;
+/// subscription's `draining` flag (a version 1 member never drains);
+/// version 3 its `warmups` (an older member reports none). The assignment
+/// is the same in versions 2 and 3.
+const VERSION: u16 = 3;
 
 /// One subtopology as the assignor needs it.
 #[derive(Debug, Clone)]
@@ -98,6 +100,9 @@ pub struct SubscriptionInfo {
     /// up on them, and keep those nobody is caught up on (with warmups
     /// elsewhere) until one is (version 2).
     pub draining: bool,
+    /// The warmups the instance restores now, from its last assignment
+    /// (version 3): the leader moves those tasks to it first.
+    pub warmups: BTreeSet<TaskId>,
 }
 
 /// What the leader tells a member, besides its partitions (the user data
@@ -204,6 +209,7 @@ impl SubscriptionInfo {
             out.put_i64(*sum);
         }
         out.put_u8(u8::from(self.draining));
+        put_tasks(&mut out, &self.warmups);
         out.freeze()
     }
 
@@ -237,6 +243,11 @@ impl SubscriptionInfo {
         } else {
             false
         };
+        let warmups = if version >= 3 {
+            get_tasks(buf, "warmup tasks")?
+        } else {
+            BTreeSet::new()
+        };
         Ok(SubscriptionInfo {
             version,
             process_id,
@@ -244,6 +255,7 @@ impl SubscriptionInfo {
             application_server,
             offset_sums,
             draining,
+            warmups,
         })
     }
 }
@@ -454,6 +466,7 @@ impl StreamsAssignor {
             client.previous_active = self.tasks_of(&owned);
             client.lags = task_assignor::task_lags(&ends, &info.offset_sums);
             client.rack.clone_from(&m.subscription.rack);
+            client.warmups.clone_from(&info.warmups);
             input.clients.insert(member.clone(), client);
         }
         let config = TaskAssignorConfig {
@@ -658,9 +671,14 @@ impl GroupAssignor for StreamsAssignor {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .clone();
-        for task in self.tasks_of(owned) {
-            offset_sums.insert(task, OFFSET_SUM_RUNNING);
+        let running = self.tasks_of(owned);
+        for task in &running {
+            offset_sums.insert(*task, OFFSET_SUM_RUNNING);
         }
+        let warmups = self
+            .assignment()
+            .map(|a| a.warmup.difference(&running).copied().collect())
+            .unwrap_or_default();
         Some(
             SubscriptionInfo {
                 version: VERSION,
@@ -669,6 +687,7 @@ impl GroupAssignor for StreamsAssignor {
                 application_server: self.application_server.clone(),
                 offset_sums,
                 draining: self.draining.load(std::sync::atomic::Ordering::Acquire),
+                warmups,
             }
             .encode(),
         )
@@ -712,12 +731,18 @@ mod tests {
             .into_iter()
             .collect(),
             draining: true,
+            warmups: [TaskId::new(1, 2)].into(),
         };
         let bytes = info.encode();
         assert_eq!(SubscriptionInfo::decode(&bytes).unwrap(), info);
+        // Version 2 had no warmups.
+        let mut v2 = bytes[..bytes.len() - 12].to_vec();
+        v2[..2].copy_from_slice(&2u16.to_be_bytes());
+        let old = SubscriptionInfo::decode(&v2).unwrap();
+        assert_eq!((old.version, old.warmups.len(), old.draining), (2, 0, true));
         // A count the bytes cannot hold is an error, not an allocation.
         let mut bad = bytes.to_vec();
-        let at = bad.len() - 1 - 2 * 16 - 4;
+        let at = bad.len() - 12 - 1 - 2 * 16 - 4;
         bad[at..at + 4].copy_from_slice(&u32::MAX.to_be_bytes());
         assert!(SubscriptionInfo::decode(&bad).is_err());
         for cut in 0..bytes.len() {
@@ -734,10 +759,11 @@ mod tests {
             application_server: None,
             offset_sums: BTreeMap::new(),
             draining: false,
+            warmups: BTreeSet::new(),
         };
         let mut bytes = info.encode().to_vec();
         bytes[..2].copy_from_slice(&1u16.to_be_bytes());
-        bytes.pop(); // a version 1 member wrote no flag
+        bytes.truncate(bytes.len() - 5); // a version 1 member wrote no flag, no warmups
         assert_eq!(SubscriptionInfo::decode(&bytes).unwrap(), info);
     }
 
