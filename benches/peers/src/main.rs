@@ -9,7 +9,7 @@
 //! creates and fills the topics, then runs every measurement as a child
 //! process of this same binary (`peers --child CASE ...`), Weir and rdkafka
 //! alternating, so that each side's CPU time (`getrusage(RUSAGE_SELF)`
-//! user + system over the timed phase) and peak RSS (`ru_maxrss` of the
+//! user + system over the timed phase) and peak RSS (`VmHWM` of the
 //! child) are its own. Every run is printed, then the medians and ratios.
 
 use std::error::Error;
@@ -118,10 +118,23 @@ fn cpu_time() -> Result<Duration> {
     Ok(tv(u.user_time()) + tv(u.system_time()))
 }
 
-/// Peak resident set of this process, in KiB (Linux's `ru_maxrss`).
+/// Peak resident set of this process since its exec, in KiB (`VmHWM` of
+/// /proc/self/status). Not `ru_maxrss`: Linux carries the forking parent's
+/// resident set over the exec into the child's `ru_maxrss`, so every child
+/// reported the parent's peak (513 MiB for each side of a 1M restore, the
+/// parent holding the changelog).
 fn max_rss_kib() -> Result<i64> {
-    use nix::sys::resource::{UsageWho, getrusage};
-    Ok(getrusage(UsageWho::RUSAGE_SELF)?.max_rss())
+    let status = std::fs::read_to_string("/proc/self/status")?;
+    let line = status
+        .lines()
+        .find(|l| l.starts_with("VmHWM:"))
+        .ok_or("no VmHWM in /proc/self/status")?;
+    Ok(line
+        .trim_start_matches("VmHWM:")
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse()?)
 }
 
 /// One timed phase: wall clock and CPU time from `start` to `finish`.
