@@ -14,6 +14,10 @@ pub const DEFAULT_MAX_FRAME_SIZE: usize = 100 * 1024 * 1024;
 /// Bytes in the length prefix.
 pub const LENGTH_PREFIX: usize = 4;
 
+/// The most room [`FrameDecoder::decode`] reserves ahead of the bytes that
+/// have arrived: 1 MiB.
+pub const RESERVE_CHUNK: usize = 1 << 20;
+
 /// Splits a byte stream into frames.
 #[derive(Debug, Clone, Copy)]
 pub struct FrameDecoder {
@@ -68,7 +72,11 @@ impl FrameDecoder {
             return Ok(None);
         };
         if buf.len() < LENGTH_PREFIX + len {
-            buf.reserve(LENGTH_PREFIX + len - buf.len());
+            // Room for the rest of the frame, at most a chunk at a time: a
+            // peer that announces a frame just under the cap and then sends
+            // nothing holds only what it really sent (plus one chunk), not
+            // `max_frame_size` bytes per connection.
+            buf.reserve((LENGTH_PREFIX + len - buf.len()).min(RESERVE_CHUNK));
             return Ok(None);
         }
         buf.advance(LENGTH_PREFIX);
@@ -100,6 +108,26 @@ pub fn end_frame(out: &mut BytesMut, start: usize) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_frame_announced_just_under_the_cap_reserves_only_a_chunk() {
+        let decoder = FrameDecoder::default();
+        let announced = i32::try_from(DEFAULT_MAX_FRAME_SIZE - 1).unwrap();
+        let mut buf = BytesMut::new();
+        buf.put_i32(announced);
+        buf.put_slice(b"abc");
+        assert!(decoder.decode(&mut buf).unwrap().is_none());
+        assert!(
+            buf.capacity() <= LENGTH_PREFIX + 3 + RESERVE_CHUNK,
+            "{} bytes reserved for a frame that has sent 3",
+            buf.capacity()
+        );
+        // The whole frame still decodes once it has arrived.
+        buf.resize(LENGTH_PREFIX + DEFAULT_MAX_FRAME_SIZE - 1, 7);
+        let frame = decoder.decode(&mut buf).unwrap().unwrap();
+        assert_eq!(frame.len(), DEFAULT_MAX_FRAME_SIZE - 1);
+        assert_eq!(&frame[..3], b"abc");
+    }
 
     #[test]
     fn round_trips_and_waits_for_whole_frames() {
