@@ -980,6 +980,14 @@ impl<T, E: for<'a> Encoder<&'a T>> Encoder<&Vec<T>> for Array<E> {
     }
 }
 
+/// Weir patch: how many elements of `T` to reserve room for when `remaining`
+/// bytes are left. An element takes at least one byte on the wire but
+/// `size_of::<T>()` in memory, so the reservation is bounded in bytes by what
+/// is left in the frame, not in elements; a longer array grows as it decodes.
+fn reservable<T>(remaining: usize) -> usize {
+    remaining / std::mem::size_of::<T>().max(1)
+}
+
 impl<T, E: Decoder<T>> Decoder<Option<Vec<T>>> for Array<E> {
     fn decode<B: ByteBuf>(&self, buf: &mut B) -> Result<Option<Vec<T>>> {
         match Int32.decode(buf)? {
@@ -987,7 +995,7 @@ impl<T, E: Decoder<T>> Decoder<Option<Vec<T>>> for Array<E> {
             n if n >= 0 => {
                 // Weir patch: never pre-allocate more elements than bytes remain (each
                 // element takes at least one byte), so a hostile count cannot abort.
-                let mut result = Vec::with_capacity((n as usize).min(buf.remaining()));
+                let mut result = Vec::with_capacity((n as usize).min(reservable::<T>(buf.remaining())));
                 for _ in 0..n {
                     result.push(self.0.decode(buf)?);
                 }
@@ -1096,7 +1104,7 @@ impl<T, E: Decoder<T>> Decoder<Option<Vec<T>>> for CompactArray<E> {
             0 => Ok(None),
             n => {
                 // Weir patch: bounded by the bytes left, as above.
-                let mut result = Vec::with_capacity(((n - 1) as usize).min(buf.remaining()));
+                let mut result = Vec::with_capacity(((n - 1) as usize).min(reservable::<T>(buf.remaining())));
                 for _ in 1..n {
                     result.push(self.0.decode(buf)?);
                 }
