@@ -137,8 +137,8 @@ pub enum ProtocolError {
     /// [`DecompressionBudget`](crate::records::DecompressionBudget)): many
     /// small "bombs" in one response.
     #[error(
-        "record batch at offset {base_offset}: decompressed output of the response exceeds \
-         its budget of {limit} bytes ({used} bytes used before this batch)"
+        "record batch at offset {base_offset}: decoding the response (decompressed bytes and \
+         records) exceeds its budget of {limit} bytes ({used} bytes used before this batch)"
     )]
     DecompressionBudgetExceeded {
         /// The base offset of the batch that went over.

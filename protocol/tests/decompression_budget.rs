@@ -81,8 +81,8 @@ fn the_budget_is_shared_by_every_partition_of_a_response() {
         matches!(err, ProtocolError::DecompressionBudgetExceeded { base_offset: 1, used, .. } if used == 5 * per),
         "{err}"
     );
-    // Uncompressed batches take nothing from it: they are slices of the
-    // response itself.
+    // An uncompressed batch's data is a slice of the response itself: it
+    // takes only its decoded records from the budget.
     let mut plain = BatchBuilder::new(BatchOptions::default());
     plain.push(RecordInput {
         timestamp: 0,
@@ -90,7 +90,48 @@ fn the_budget_is_shared_by_every_partition_of_a_response() {
         value: Some(Bytes::from(vec![0u8; BOMB])),
         headers: vec![],
     });
-    let mut empty = DecompressionBudget::new(0);
-    decode_batches_within(&plain.build().unwrap(), &opts, &mut empty).unwrap();
-    assert_eq!(empty.used(), 0);
+    let one_record = std::mem::size_of::<weir_protocol::records::Record>();
+    let mut small = DecompressionBudget::new(one_record);
+    decode_batches_within(&plain.build().unwrap(), &opts, &mut small).unwrap();
+    assert_eq!(small.used(), one_record);
+}
+
+/// One gzip batch of `n` minimal records (no key, no value, no headers):
+/// 7 bytes each decompressed, a few bytes each on the wire.
+fn minimal_records_bomb(n: usize) -> Bytes {
+    let mut builder = BatchBuilder::new(BatchOptions {
+        compression: Compression::Gzip,
+        ..BatchOptions::default()
+    });
+    for _ in 0..n {
+        builder.push(RecordInput {
+            timestamp: 0,
+            key: None,
+            value: None,
+            headers: vec![],
+        });
+    }
+    builder.build().unwrap()
+}
+
+#[test]
+fn decoded_records_are_charged_to_the_budget_not_only_decompressed_bytes() {
+    // 200,000 minimal records decompress to about 1.6 MB but decode to
+    // 20.8 MB of `Record`s: a 10 MiB budget must refuse the batch before
+    // allocating them.
+    let n = 200_000;
+    let buf = minimal_records_bomb(n);
+    let opts = DecodeOptions::default();
+    let mut unlimited = DecompressionBudget::unlimited();
+    let decoded = decode_batches_within(&buf, &opts, &mut unlimited).unwrap();
+    assert_eq!(decoded.batches[0].records.len(), n);
+    let record = std::mem::size_of::<weir_protocol::records::Record>();
+    assert!(unlimited.used() >= n * record, "{}", unlimited.used());
+
+    let mut budget = DecompressionBudget::new(10 << 20);
+    let err = decode_batches_within(&buf, &opts, &mut budget).unwrap_err();
+    assert!(
+        matches!(err, ProtocolError::DecompressionBudgetExceeded { base_offset: 0, limit, .. } if limit == 10 << 20),
+        "{err}"
+    );
 }

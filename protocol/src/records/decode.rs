@@ -44,8 +44,10 @@ impl Default for DecodeOptions {
     }
 }
 
-/// A cap on the decompressed bytes of several buffers together: every
-/// partition of one Fetch response, say, which is decoded at once.
+/// A cap on what decoding several buffers together may hold: every
+/// partition of one Fetch response, say, which is decoded at once. It is
+/// charged with each compressed batch's decompressed bytes and with every
+/// batch's decoded records (`size_of::<Record>()` each, compressed or not).
 /// [`DecodeOptions::max_decompressed_bytes`] caps one batch; without a
 /// budget, a response of many small batches that each decompress to just
 /// under that cap (compression "bombs") could still exhaust memory.
@@ -77,7 +79,7 @@ impl DecompressionBudget {
         self.limit
     }
 
-    /// Decompressed bytes so far.
+    /// Bytes charged so far: decompressed data and decoded records.
     pub fn used(&self) -> usize {
         self.used
     }
@@ -297,6 +299,21 @@ fn decode_one(
             Bytes::from(data)
         }
     };
+    // The decoded records cost `size_of::<Record>()` (104 bytes) each,
+    // however few bytes they take on the wire (7 at least): a bomb of
+    // minimal records that decompresses to 256 MiB would otherwise decode
+    // to 3.8 GB of `Record`s. They are charged before they are allocated.
+    let decoded = usize::try_from(header.record_count)
+        .unwrap_or(0)
+        .saturating_mul(std::mem::size_of::<Record>());
+    if decoded > budget.remaining() {
+        return Err(ProtocolError::DecompressionBudgetExceeded {
+            base_offset: header.base_offset,
+            limit: budget.limit(),
+            used: budget.used(),
+        });
+    }
+    budget.used = budget.used.saturating_add(decoded);
     let records = decode_records(&header, &data)?;
     Ok(RecordBatch { header, records })
 }
