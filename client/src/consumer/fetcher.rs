@@ -354,14 +354,19 @@ impl Consumer {
 }
 
 /// How many times `fetch.max.bytes` (or `max.partition.fetch.bytes`, if
-/// larger) the records of one Fetch response may decompress to in all.
+/// larger) the records of one Fetch response may decode to in all:
+/// decompressed bytes plus 104 bytes per decoded `Record`.
 pub(crate) const DECOMPRESSED_FETCH_MULTIPLE: usize = 16;
 
-/// The decompressed bytes one Fetch response may hold:
-/// [`DECOMPRESSED_FETCH_MULTIPLE`] times the larger of `fetch.max.bytes`
-/// and `max.partition.fetch.bytes` (the broker may exceed the first for one
-/// batch, KIP-74). With the defaults (50 MiB) that is 800 MiB; raise
-/// `fetch.max.bytes` for data that compresses better than 16 to 1.
+/// What decoding one Fetch response may hold (decompressed bytes and
+/// decoded records): [`DECOMPRESSED_FETCH_MULTIPLE`] times the larger of
+/// `fetch.max.bytes` and `max.partition.fetch.bytes` (the broker may exceed
+/// the first for one batch, KIP-74). With the defaults (50 MiB) that is
+/// 800 MiB. Raise `fetch.max.bytes` for data that compresses better than
+/// 16 to 1, or whose records take under about 6.5 bytes each on the wire
+/// (tiny records, compressed): the response is decoded at once, not batch
+/// by batch as Java's consumer does, so such a response fails with
+/// [`ClientError::FetchDecompressionLimit`] rather than being read in parts.
 pub(crate) fn decompression_budget(fetch_max_bytes: i32, max_partition_fetch_bytes: i32) -> usize {
     let bytes = usize::try_from(fetch_max_bytes.max(max_partition_fetch_bytes)).unwrap_or(0);
     bytes.saturating_mul(DECOMPRESSED_FETCH_MULTIPLE)
