@@ -199,14 +199,15 @@ pub enum ClientError {
         /// timeout): the records may be in the log although they failed.
         maybe_written: bool,
     },
-    /// The records of one Fetch response decompress to more than the
-    /// consumer allows for a response: 16 times `fetch.max.bytes` (or
-    /// `max.partition.fetch.bytes`, if larger). A hostile or corrupt broker
-    /// sending many small compression "bombs", or data that compresses
-    /// better than that (raise `fetch.max.bytes`).
+    /// One record batch of a Fetch response decodes (decompressed bytes and
+    /// records) to more than the consumer allows for a whole response: 16
+    /// times `fetch.max.bytes` (or `max.partition.fetch.bytes`, if larger).
+    /// Many batches that only together go past it are read in parts, not
+    /// failed. A hostile or corrupt broker's compression "bomb", or data
+    /// that compresses better than that (raise `fetch.max.bytes`).
     #[error(
-        "broker {broker}: {topic}-{partition}: the fetch response decompresses to more than \
-         {limit} bytes (16 x fetch.max.bytes): {source}"
+        "broker {broker}: {topic}-{partition}: a record batch of the fetch response decodes to \
+         more than {limit} bytes (16 x fetch.max.bytes): {source}"
     )]
     FetchDecompressionLimit {
         /// The broker's address.

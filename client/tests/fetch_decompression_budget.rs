@@ -1,7 +1,8 @@
 //! A Fetch response is decoded at once, so the consumer caps what all of
-//! its batches decompress to (review m13): many small compression "bombs",
-//! each far under the per-batch cap, fail with a typed error naming the
-//! partition instead of exhausting memory.
+//! its batches decode to (review m13): of many small compression "bombs",
+//! each far under the per-batch cap, it delivers those that fit and fetches
+//! the rest again, instead of exhausting memory; only a batch bigger than
+//! the whole budget fails, with a typed error naming the partition.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -30,6 +31,12 @@ async fn client(kit: &Arc<weir_testkit::Cluster>, id: &str) -> Cluster {
 }
 
 async fn setup() -> Arc<weir_testkit::Cluster> {
+    setup_with(BOMB).await
+}
+
+/// The topic, with `PER_PARTITION` gzip batches of one `bomb`-byte record
+/// (zeros) in each partition.
+async fn setup_with(bomb: usize) -> Arc<weir_testkit::Cluster> {
     let kit = Arc::new(weir_testkit::Cluster::builder().build().await.unwrap());
     kit.create_topic(TOPIC, PARTITIONS, [] as [(&str, &str); 0])
         .await
@@ -50,7 +57,7 @@ async fn setup() -> Arc<weir_testkit::Cluster> {
                 .send(
                     ProducerRecord::new(TOPIC)
                         .with_partition(p)
-                        .with_value(Bytes::from(vec![0u8; BOMB])),
+                        .with_value(Bytes::from(vec![0u8; bomb])),
                 )
                 .await
                 .unwrap();
@@ -92,11 +99,20 @@ async fn consume(
 }
 
 #[tokio::test(start_paused = true)]
-async fn many_small_bombs_in_one_fetch_response_fail_with_a_typed_error() {
+async fn many_small_bombs_in_one_fetch_response_are_read_in_parts_within_the_budget() {
     let kit = setup().await;
     // 64 KiB of fetch: a budget of 1 MiB decompressed per response, while
-    // the response carries 12 bombs of 128 KiB (1.5 MiB) in a few KiB.
-    let err = consume(&kit, 64 << 10).await.unwrap_err();
+    // a response carries 12 bombs of 128 KiB (1.5 MiB) in a few KiB. The
+    // seven that fit are delivered, the rest come in the next responses.
+    assert_eq!(consume(&kit, 64 << 10).await.unwrap(), 12);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_batch_bigger_than_the_whole_response_budget_fails_with_a_typed_error() {
+    // Bombs of 768 KiB (under the producer's 1 MiB request cap): each
+    // alone goes past the 512 KiB budget of a 32 KiB fetch.
+    let kit = setup_with(768 << 10).await;
+    let err = consume(&kit, 32 << 10).await.unwrap_err();
     match err {
         ClientError::FetchDecompressionLimit {
             ref topic,
@@ -106,7 +122,7 @@ async fn many_small_bombs_in_one_fetch_response_fail_with_a_typed_error() {
         } => {
             assert_eq!(topic, TOPIC);
             assert!((0..PARTITIONS).contains(&partition));
-            assert_eq!(limit, 16 * (64 << 10));
+            assert_eq!(limit, 16 * (32 << 10));
         }
         other => panic!("expected FetchDecompressionLimit, got {other}"),
     }

@@ -34,7 +34,7 @@ fn bombs(n: usize, first_offset: i64) -> Bytes {
 }
 
 #[test]
-fn many_small_bombs_in_one_response_exceed_the_budget_with_a_typed_error() {
+fn many_small_bombs_in_one_response_stop_at_the_budget_and_return_those_that_fit() {
     let buf = bombs(20, 0);
     assert!(buf.len() < 20 * 1024, "small on the wire: {}", buf.len());
     let opts = DecodeOptions::default();
@@ -42,20 +42,36 @@ fn many_small_bombs_in_one_response_exceed_the_budget_with_a_typed_error() {
     assert_eq!(decode_batches(&buf, &opts).unwrap().batches.len(), 20);
 
     let mut budget = DecompressionBudget::new(1 << 20);
-    let err = decode_batches_within(&buf, &opts, &mut budget).unwrap_err();
-    match err {
-        ProtocolError::DecompressionBudgetExceeded {
-            base_offset,
-            limit,
-            used,
-        } => {
-            assert_eq!(limit, 1 << 20);
-            // Eight bombs fit in 1 MiB (plus record framing, so seven).
-            assert_eq!(used, 7 * budget_per_bomb());
-            assert_eq!(base_offset, 7);
-        }
-        other => panic!("expected the budget error, got {other}"),
-    }
+    let decoded = decode_batches_within(&buf, &opts, &mut budget).unwrap();
+    // Eight bombs fit in 1 MiB (plus record framing, so seven): those are
+    // returned, in order, and the eighth is left for the next fetch.
+    assert_eq!(decoded.batches.len(), 7);
+    assert_eq!(
+        decoded.batches.last().map(|b| b.header.base_offset),
+        Some(6)
+    );
+    assert!(decoded.budget_exhausted && !decoded.truncated_tail);
+    assert!(budget.exhausted());
+    // The eighth bomb's decompressed bytes were dropped, and not charged.
+    assert_eq!(budget.used(), 7 * budget_per_bomb());
+}
+
+#[test]
+fn a_single_batch_bigger_than_the_whole_budget_is_a_typed_error() {
+    let opts = DecodeOptions::default();
+    let mut budget = DecompressionBudget::new(budget_per_bomb() - 1);
+    let err = decode_batches_within(&bombs(3, 5), &opts, &mut budget).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            ProtocolError::DecompressionBudgetExceeded {
+                base_offset: 5,
+                used: 0,
+                ..
+            }
+        ),
+        "{err}"
+    );
 }
 
 /// The decompressed size of one bomb: the record with its framing.
@@ -76,11 +92,14 @@ fn the_budget_is_shared_by_every_partition_of_a_response() {
         assert_eq!(decoded.batches.len(), 2, "partition {p}");
     }
     assert_eq!(budget.used(), 4 * per);
-    let err = decode_batches_within(&bombs(2, 0), &opts, &mut budget).unwrap_err();
-    assert!(
-        matches!(err, ProtocolError::DecompressionBudgetExceeded { base_offset: 1, used, .. } if used == 5 * per),
-        "{err}"
-    );
+    // The third holds one more bomb; the fourth partition gets nothing
+    // decoded (and no decompression work), to be fetched again.
+    let third = decode_batches_within(&bombs(2, 0), &opts, &mut budget).unwrap();
+    assert_eq!((third.batches.len(), third.budget_exhausted), (1, true));
+    assert_eq!(budget.used(), 5 * per);
+    let fourth = decode_batches_within(&bombs(2, 0), &opts, &mut budget).unwrap();
+    assert_eq!((fourth.batches.len(), fourth.budget_exhausted), (0, true));
+    assert_eq!(budget.used(), 5 * per);
     // An uncompressed batch's data is a slice of the response itself: it
     // takes only its decoded records from the budget.
     let mut plain = BatchBuilder::new(BatchOptions::default());

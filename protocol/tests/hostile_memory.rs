@@ -106,13 +106,11 @@ fn hostile_counts_and_record_bombs_stay_within_the_stated_bounds() {
         "record bombs: {} bytes on the wire, peak grew by {grown} bytes within a {BUDGET}-byte budget",
         wire.len()
     );
-    assert!(
-        matches!(
-            result,
-            Err(ProtocolError::DecompressionBudgetExceeded { .. })
-        ),
-        "{result:?}"
-    );
+    // Two bombs fit (11.3 MB each with their decompressed bytes);
+    // decoding stops before the third, which the consumer fetches again.
+    let decoded = result.unwrap();
+    assert_eq!(decoded.batches.len(), 2);
+    assert!(decoded.budget_exhausted);
     assert!(
         grown <= BUDGET + 8 * (1 << 20),
         "{grown} bytes held within a {BUDGET}-byte budget"

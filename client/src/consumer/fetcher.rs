@@ -221,7 +221,9 @@ impl Consumer {
         };
         // The response is decoded at once (Java decompresses lazily, batch
         // by batch): without a cap on all of it, many small compression
-        // "bombs", each under the per-batch cap, could exhaust memory.
+        // "bombs", each under the per-batch cap, could exhaust memory. The
+        // batches that fit are delivered and the rest fetched again; only a
+        // batch bigger than the whole budget is an error.
         let mut budget = DecompressionBudget::new(decompression_budget(
             self.options.fetch_max_bytes,
             self.options.max_partition_fetch_bytes,
@@ -247,7 +249,7 @@ impl Consumer {
                                     .unwrap_or_else(|_| broker.to_string());
                                 match source {
                                     ProtocolError::DecompressionBudgetExceeded { limit, .. } => {
-                                        tracing::warn!(%tp, broker, limit, "fetch response decompresses past its budget");
+                                        tracing::warn!(%tp, broker, limit, "a record batch decodes past the whole fetch response budget");
                                         ClientError::FetchDecompressionLimit {
                                             broker,
                                             topic: tp.topic.clone(),
@@ -259,6 +261,13 @@ impl Consumer {
                                     source => ClientError::Protocol { broker, source },
                                 }
                             })?;
+                        if decoded.budget_exhausted && decoded.batches.is_empty() {
+                            // Earlier partitions of this response took the
+                            // budget: this one is fetched again, from the
+                            // same offset, in a later response.
+                            tracing::debug!(%tp, fetch_offset, "decode budget used up; fetching again");
+                            continue;
+                        }
                         let aborted: Vec<AbortedTransaction> = p
                             .aborted_transactions
                             .iter()
@@ -362,11 +371,13 @@ pub(crate) const DECOMPRESSED_FETCH_MULTIPLE: usize = 16;
 /// decoded records): [`DECOMPRESSED_FETCH_MULTIPLE`] times the larger of
 /// `fetch.max.bytes` and `max.partition.fetch.bytes` (the broker may exceed
 /// the first for one batch, KIP-74). With the defaults (50 MiB) that is
-/// 800 MiB. Raise `fetch.max.bytes` for data that compresses better than
-/// 16 to 1, or whose records take under about 6.5 bytes each on the wire
-/// (tiny records, compressed): the response is decoded at once, not batch
-/// by batch as Java's consumer does, so such a response fails with
-/// [`ClientError::FetchDecompressionLimit`] rather than being read in parts.
+/// 800 MiB. The response is decoded at once, not batch by batch as Java's
+/// consumer does; when its batches decode to more than this (data that
+/// compresses better than 16 to 1, or records under about 6.5 bytes each on
+/// the wire), the batches that fit are delivered and the rest fetched
+/// again. Only a single batch that decodes to more than the whole budget
+/// fails, with [`ClientError::FetchDecompressionLimit`]: raise
+/// `fetch.max.bytes` to read it.
 pub(crate) fn decompression_budget(fetch_max_bytes: i32, max_partition_fetch_bytes: i32) -> usize {
     let bytes = usize::try_from(fetch_max_bytes.max(max_partition_fetch_bytes)).unwrap_or(0);
     bytes.saturating_mul(DECOMPRESSED_FETCH_MULTIPLE)

@@ -61,12 +61,17 @@ impl Default for DecodeOptions {
 pub struct DecompressionBudget {
     limit: usize,
     used: usize,
+    exhausted: bool,
 }
 
 impl DecompressionBudget {
     /// A budget of `limit` decompressed bytes.
     pub fn new(limit: usize) -> Self {
-        Self { limit, used: 0 }
+        Self {
+            limit,
+            used: 0,
+            exhausted: false,
+        }
     }
 
     /// No budget beyond each batch's own cap.
@@ -88,6 +93,13 @@ impl DecompressionBudget {
     pub fn remaining(&self) -> usize {
         self.limit.saturating_sub(self.used)
     }
+
+    /// Whether a batch was left undecoded because it did not fit in what
+    /// was left (see [`decode_batches_within`]). Later calls with this
+    /// budget decode nothing more.
+    pub fn exhausted(&self) -> bool {
+        self.exhausted
+    }
 }
 
 /// The complete batches of a buffer.
@@ -100,6 +112,12 @@ pub struct DecodedBatches {
     /// the next offset. If this is set and `batches` is empty, the fetch
     /// size is smaller than one batch.
     pub truncated_tail: bool,
+    /// Whether decoding stopped before a batch because the shared
+    /// [`DecompressionBudget`] could not hold it after what earlier
+    /// batches took ([`decode_batches_within`]). `batches` is then a prefix
+    /// of the buffer's batches; the consumer delivers it and fetches the
+    /// rest again.
+    pub budget_exhausted: bool,
 }
 
 /// What the start of a buffer holds.
@@ -199,13 +217,45 @@ pub fn decode_batches(buf: &Bytes, opts: &DecodeOptions) -> Result<DecodedBatche
     decode_batches_within(buf, opts, &mut DecompressionBudget::unlimited())
 }
 
-/// [`decode_batches`], with the output of compressed batches counted
-/// against `budget`, which may be shared by several calls (the partitions
-/// of one response).
+/// [`decode_batches`], with what the batches decode to (decompressed
+/// bytes and records) counted against `budget`, which may be shared by
+/// several calls (the partitions of one response).
+///
+/// A batch that does not fit in what is left of the budget, once earlier
+/// batches have taken some of it, is not an error: decoding stops before
+/// it, the batches before it are returned with
+/// [`DecodedBatches::budget_exhausted`] set, and the budget is marked
+/// [exhausted](DecompressionBudget::exhausted), so later calls with it
+/// decode nothing. A consumer delivers what was decoded and fetches the
+/// rest again; every response makes progress, because its first batch
+/// always has the whole budget.
 ///
 /// # Errors
 /// As [`decode_batches`]; [`ProtocolError::DecompressionBudgetExceeded`]
-/// once a batch would take the output past the budget.
+/// only for a batch that would go past the budget on its own, with
+/// nothing charged before it.
+///
+/// ```
+/// use bytes::BytesMut;
+/// use weir_protocol::records::{
+///     BatchBuilder, BatchOptions, DecodeOptions, DecompressionBudget, Record, RecordInput,
+///     decode_batches_within,
+/// };
+/// // Three batches of two records each; the budget holds the records of two.
+/// let mut buf = BytesMut::new();
+/// for base_offset in [0, 2, 4] {
+///     let mut b = BatchBuilder::new(BatchOptions { base_offset, ..BatchOptions::default() });
+///     for _ in 0..2 {
+///         b.push(RecordInput { timestamp: 0, key: None, value: None, headers: vec![] });
+///     }
+///     buf.extend_from_slice(&b.build()?);
+/// }
+/// let mut budget = DecompressionBudget::new(4 * std::mem::size_of::<Record>());
+/// let decoded = decode_batches_within(&buf.freeze(), &DecodeOptions::default(), &mut budget)?;
+/// assert_eq!(decoded.batches.len(), 2);
+/// assert!(decoded.budget_exhausted && budget.exhausted());
+/// # Ok::<(), weir_protocol::ProtocolError>(())
+/// ```
 pub fn decode_batches_within(
     buf: &Bytes,
     opts: &DecodeOptions,
@@ -213,24 +263,36 @@ pub fn decode_batches_within(
 ) -> Result<DecodedBatches> {
     let mut batches = Vec::new();
     let mut pos = 0;
+    let done = |batches, truncated_tail, budget_exhausted| {
+        Ok(DecodedBatches {
+            batches,
+            truncated_tail,
+            budget_exhausted,
+        })
+    };
     loop {
+        if budget.exhausted {
+            return done(batches, false, true);
+        }
         let rest = buf.get(pos..).unwrap_or_default();
         match next_batch(rest)? {
-            Next::End => {
-                return Ok(DecodedBatches {
-                    batches,
-                    truncated_tail: false,
-                });
-            }
-            Next::Partial => {
-                return Ok(DecodedBatches {
-                    batches,
-                    truncated_tail: true,
-                });
-            }
+            Next::End => return done(batches, false, false),
+            Next::Partial => return done(batches, true, false),
             Next::Batch(header, len) => {
                 let batch = buf.slice(pos..pos + len);
-                batches.push(decode_one(header, &batch, opts, budget)?);
+                let used_before = budget.used;
+                match decode_one(header, &batch, opts, budget) {
+                    Ok(decoded) => batches.push(decoded),
+                    // The batch does not fit after what earlier ones took:
+                    // what it decompressed is dropped here, so its charge
+                    // is taken back, and the caller gets the batches
+                    // before it (a consumer fetches the rest again).
+                    Err(ProtocolError::DecompressionBudgetExceeded { .. }) if used_before > 0 => {
+                        budget.used = used_before;
+                        budget.exhausted = true;
+                    }
+                    Err(e) => return Err(e),
+                }
                 pos += len;
             }
         }
@@ -274,6 +336,12 @@ fn decode_one(
         verify_crc(&header, batch)?;
     }
     header.validate()?;
+    let used_before = budget.used;
+    let over_budget = |budget: &DecompressionBudget| ProtocolError::DecompressionBudgetExceeded {
+        base_offset: header.base_offset,
+        limit: budget.limit(),
+        used: used_before,
+    };
     let body = batch.slice(BatchHeader::LEN..);
     let data = match header.compression()? {
         Compression::None => body,
@@ -286,11 +354,7 @@ fn decode_one(
                 if limit < opts.max_decompressed_bytes
                     && compression::is_limit_error(&e, codec, limit)
                 {
-                    ProtocolError::DecompressionBudgetExceeded {
-                        base_offset: header.base_offset,
-                        limit: budget.limit(),
-                        used: budget.used(),
-                    }
+                    over_budget(budget)
                 } else {
                     e
                 }
@@ -307,11 +371,7 @@ fn decode_one(
         .unwrap_or(0)
         .saturating_mul(std::mem::size_of::<Record>());
     if decoded > budget.remaining() {
-        return Err(ProtocolError::DecompressionBudgetExceeded {
-            base_offset: header.base_offset,
-            limit: budget.limit(),
-            used: budget.used(),
-        });
+        return Err(over_budget(budget));
     }
     budget.used = budget.used.saturating_add(decoded);
     let records = decode_records(&header, &data)?;
