@@ -435,6 +435,32 @@ impl ClientError {
         )
     }
 
+    /// Whether the group coordinator refused this member's membership as
+    /// stale (`ILLEGAL_GENERATION`, `UNKNOWN_MEMBER_ID`,
+    /// `FENCED_INSTANCE_ID`, here or as the cause of a transaction error),
+    /// or the caller had no generation to send
+    /// ([`ClientError::NoGroupGeneration`]): the group rebalanced, the
+    /// member's partitions may be someone else's, and what it did since its
+    /// last commit must be dropped, not retried. Kafka Streams calls this a
+    /// task migration.
+    ///
+    /// ```
+    /// use weir_client::ClientError;
+    /// use weir_protocol::ApiKey;
+    ///
+    /// assert!(ClientError::server(22, ApiKey::TxnOffsetCommit).is_stale_membership());
+    /// assert!(!ClientError::server(15, ApiKey::TxnOffsetCommit).is_stale_membership());
+    /// ```
+    pub fn is_stale_membership(&self) -> bool {
+        match self {
+            ClientError::Server { code, .. } => matches!(code.code, 22 | 25 | 82), // see kerror
+            ClientError::NoGroupGeneration { .. } => true,
+            ClientError::Transaction { source, .. } => source.is_stale_membership(),
+            ClientError::RetriesExhausted { last, .. } => last.is_stale_membership(),
+            _ => false,
+        }
+    }
+
     /// Whether the metadata is probably stale: the leader moved, the topic is
     /// still being created, or the broker went away.
     pub fn needs_metadata_refresh(&self) -> bool {

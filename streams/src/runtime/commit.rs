@@ -65,6 +65,26 @@ fn migrated(task: impl std::fmt::Display, reason: impl Into<String>) -> StreamsE
     }
 }
 
+/// The error of a commit whose offsets the group coordinator refused.
+///
+/// A refusal for a stale membership (the group rebalanced while the commit
+/// was on its way) is a task migration, not a failure of the application:
+/// the worker drops the uncommitted work and restarts the tasks from their
+/// last commit once the member owns them again, whatever
+/// `processing.exception.handler` says. Reported as a failure, it stopped
+/// the instance under `shutdown_client` on a routine rebalance race.
+fn offsets_refused(
+    task: impl std::fmt::Display,
+    context: String,
+    e: weir_client::ClientError,
+) -> StreamsError {
+    if e.is_stale_membership() {
+        migrated(task, format!("the group refused the offsets: {e}"))
+    } else {
+        StreamsError::client(context, e)
+    }
+}
+
 /// The metadata commits carry: the lease's generation and member id, or
 /// `None` once the lease ended (then nothing may be committed).
 pub(crate) fn group_metadata(rt: &Runtime) -> Option<GroupMetadata> {
@@ -164,7 +184,7 @@ pub(crate) async fn commit_alos(
                 fence
                     .send_offsets_to_transaction(&inputs, &meta)
                     .await
-                    .map_err(txn)?;
+                    .map_err(|e| offsets_refused(id, format!("task {id}: committing"), e))?;
                 fence.commit().await.map_err(txn)?;
                 // Only now, with the changelog committed, may the store hold the writes.
                 commit_store(rt, *id, store, changelog, &inputs).await?;
@@ -227,7 +247,7 @@ pub(crate) async fn commit_eos(
     let err = |e| StreamsError::client("committing the transaction", e);
     txn.send_offsets_to_transaction(&all_inputs, &meta)
         .await
-        .map_err(err)?;
+        .map_err(|e| offsets_refused("all", "committing the transaction".into(), e))?;
     txn.commit().await.map_err(err)?;
     for (id, changelog, inputs) in per_task {
         let Some(task) = tasks.get_mut(&id) else {
