@@ -81,7 +81,7 @@ impl Consumer {
     /// Sends a Fetch to every leader that has fetchable partitions and no
     /// Fetch in flight, unless the prefetch buffer is full.
     pub(super) async fn start_fetches(&mut self) {
-        if self.buffered_bytes >= self.options.max_prefetch_bytes {
+        if self.buffer.bytes() >= self.options.max_prefetch_bytes {
             return;
         }
         let mut metadata = self.cluster.cached_metadata();
@@ -298,8 +298,10 @@ impl Consumer {
                                 self.assignment.insert(tp.clone(), position);
                             }
                         }
-                        for r in out.records {
-                            let record = ConsumerRecord {
+                        let records = out
+                            .records
+                            .into_iter()
+                            .map(|r| ConsumerRecord {
                                 topic: tp.topic.clone(),
                                 partition: tp.partition,
                                 offset: r.offset,
@@ -307,10 +309,9 @@ impl Consumer {
                                 key: r.key,
                                 value: r.value,
                                 headers: r.headers,
-                            };
-                            self.buffered_bytes += record.approximate_size();
-                            self.buffer.push_back(record);
-                        }
+                            })
+                            .collect();
+                        self.buffer.push_run(tp, records);
                     }
                     codes::OFFSET_OUT_OF_RANGE => match self.options.auto_offset_reset {
                         AutoOffsetReset::Earliest => {

@@ -9,12 +9,13 @@
 //! application), and a position outside the log follows
 //! `auto.offset.reset`.
 
+mod buffer;
 pub mod fetch_session;
 mod fetcher;
 pub mod offsets;
 pub mod read_committed;
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -23,6 +24,7 @@ use tokio::task::JoinSet;
 use tokio::time::Instant;
 use weir_protocol::records::RecordHeader;
 
+use self::buffer::RecordBuffer;
 use self::fetch_session::FetchSession;
 use self::fetcher::InFlightFetch;
 pub use self::offsets::SeekTo;
@@ -101,8 +103,7 @@ pub struct Consumer {
     fetching_from: HashSet<BrokerId>,
     /// Brokers to leave alone until then, after a failed fetch.
     backoff_until: HashMap<BrokerId, (Instant, u32)>,
-    buffer: VecDeque<ConsumerRecord>,
-    buffered_bytes: usize,
+    buffer: RecordBuffer,
 }
 
 impl Consumer {
@@ -125,8 +126,7 @@ impl Consumer {
             in_flight: JoinSet::new(),
             fetching_from: HashSet::new(),
             backoff_until: HashMap::new(),
-            buffer: VecDeque::new(),
-            buffered_bytes: 0,
+            buffer: RecordBuffer::default(),
         }
     }
 
@@ -153,10 +153,8 @@ impl Consumer {
         }
         self.assignment = next;
         let assignment = &self.assignment;
-        self.buffer.retain(|r| {
-            assignment.contains_key(&TopicPartition::new(r.topic.clone(), r.partition))
-        });
-        self.recount_buffer();
+        self.buffer
+            .retain_partitions(|tp| assignment.contains_key(tp));
     }
 
     /// The assigned partitions.
@@ -182,9 +180,7 @@ impl Consumer {
             SeekTo::Offset(o) => Position::At(o),
             other => Position::Seek(other),
         };
-        self.buffer
-            .retain(|r| !(r.topic == tp.topic && r.partition == tp.partition));
-        self.recount_buffer();
+        self.buffer.retain_partitions(|buffered| buffered != tp);
         Ok(())
     }
 
@@ -195,12 +191,8 @@ impl Consumer {
     /// [`ClientError::NotAssigned`], or the offset lookup's error.
     pub async fn position(&mut self, tp: &TopicPartition) -> Result<i64> {
         self.resolve_seeks().await?;
-        if let Some(first) = self
-            .buffer
-            .iter()
-            .find(|r| r.topic == tp.topic && r.partition == tp.partition)
-        {
-            return Ok(first.offset);
+        if let Some(first) = self.buffer.first_offset(tp) {
+            return Ok(first);
         }
         match self.assignment.get(tp) {
             Some(Position::At(o)) => Ok(*o),
@@ -270,19 +262,7 @@ impl Consumer {
     }
 
     fn take_buffered(&mut self) -> Vec<ConsumerRecord> {
-        let n = self.options.max_poll_records.min(self.buffer.len());
-        let out: Vec<ConsumerRecord> = self.buffer.drain(..n).collect();
-        let taken: usize = out.iter().map(ConsumerRecord::approximate_size).sum();
-        self.buffered_bytes = self.buffered_bytes.saturating_sub(taken);
-        out
-    }
-
-    fn recount_buffer(&mut self) {
-        self.buffered_bytes = self
-            .buffer
-            .iter()
-            .map(ConsumerRecord::approximate_size)
-            .sum();
+        self.buffer.take(self.options.max_poll_records)
     }
 
     /// Resolves every pending seek with ListOffsets.
