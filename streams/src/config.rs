@@ -168,6 +168,14 @@ pub struct StreamsConfig {
     pub consumer: ConsumerOptions,
     /// Producer properties (`linger.ms`, `compression.type`, ...).
     pub producer: ProducerOptions,
+    /// How every task store is opened, Weir's counterpart of Kafka
+    /// Streams' `rocksdb.config.setter`. What a store may hold in memory is
+    /// its block cache (`weir.store.cache.bytes`, default 32 MiB) plus its
+    /// memtables (`weir.store.memtable.bytes` for keyspaces it creates,
+    /// fjall's 64 MiB if unset), per task: an instance with many tasks
+    /// may want both smaller. `weir.store.restore.memory.bytes` (default
+    /// 256 MiB) bounds what an empty-store restore sorts in memory.
+    pub store: weir_store::StoreOptions,
     commit_interval_set: bool,
     /// Test-only: at-least-once without the per-task changelog fence, as
     /// Kafka Streams runs it (`weir.internal.unfenced.changelog`). It exists
@@ -231,6 +239,9 @@ pub const KEYS: &[&str] = &[
     "default.deserialization.exception.handler",
     "processing.exception.handler",
     "poll.ms",
+    "weir.store.cache.bytes",
+    "weir.store.memtable.bytes",
+    "weir.store.restore.memory.bytes",
 ];
 
 fn invalid(property: &str, reason: impl Into<String>) -> StreamsError {
@@ -275,6 +286,7 @@ impl StreamsConfig {
             client: ClientConfig::default(),
             consumer,
             producer: ProducerOptions::default(),
+            store: weir_store::StoreOptions::default(),
             commit_interval_set: false,
             unfenced_changelog: false,
             pause_before_write: PauseHook::default(),
@@ -414,6 +426,20 @@ impl StreamsConfig {
                 )
                 .map_err(|e| from_client(key, e))?
             }
+            "weir.store.cache.bytes" => {
+                self.store.cache_bytes =
+                    parse_number(key, value, 0u64, u64::MAX).map_err(|e| from_client(key, e))?;
+            }
+            "weir.store.memtable.bytes" => {
+                let bytes = parse_number(key, value, 64u64 << 10, u64::MAX)
+                    .map_err(|e| from_client(key, e))?;
+                self.store = std::mem::take(&mut self.store).with_memtable_bytes(bytes);
+            }
+            "weir.store.restore.memory.bytes" => {
+                let bytes = parse_number(key, value, 1usize << 20, usize::MAX)
+                    .map_err(|e| from_client(key, e))?;
+                self.store = std::mem::take(&mut self.store).with_restore_memory_bytes(bytes);
+            }
             "weir.internal.unfenced.changelog" => {
                 self.unfenced_changelog = value == "true";
             }
@@ -547,5 +573,36 @@ mod tests {
         );
         assert_eq!(instance_id_from(env(&[]), kernel), Some("node-7".into()));
         assert_eq!(instance_id_from(env(&[]), || None), None);
+    }
+
+    #[test]
+    fn store_properties_set_how_task_stores_open() {
+        let config = StreamsConfig::from_properties(&[
+            ("application.id", "app"),
+            ("bootstrap.servers", "localhost:9092"),
+            ("weir.store.cache.bytes", "1048576"),
+            ("weir.store.memtable.bytes", "262144"),
+            ("weir.store.restore.memory.bytes", "16777216"),
+        ])
+        .unwrap();
+        assert_eq!(config.store.cache_bytes, 1 << 20);
+        assert_eq!(config.store.memtable_bytes, Some(256 << 10));
+        assert_eq!(config.store.restore_memory_bytes, 16 << 20);
+        // Defaults otherwise; below fjall's smallest memtable is refused.
+        let plain = StreamsConfig::new("app");
+        assert_eq!(
+            plain.store.cache_bytes,
+            weir_store::StoreOptions::default().cache_bytes
+        );
+        let err = StreamsConfig::from_properties(&[
+            ("application.id", "app"),
+            ("bootstrap.servers", "localhost:9092"),
+            ("weir.store.memtable.bytes", "1024"),
+        ])
+        .unwrap_err();
+        assert!(
+            err.to_string().contains("weir.store.memtable.bytes"),
+            "{err}"
+        );
     }
 }

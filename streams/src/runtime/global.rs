@@ -60,12 +60,11 @@ pub(crate) async fn bootstrap(
         return Ok(None);
     }
     let dir = config.state_dir.join(&config.application_id).join("global");
-    let store = tokio::task::spawn_blocking(move || {
-        TaskStore::open(dir, weir_store::StoreOptions::default())
-    })
-    .await
-    .map_err(|e| StreamsError::NotRunning(format!("opening the global stores: {e}")))?
-    .map_err(|source| StreamsError::store("global", source))?;
+    let options = config.store.clone();
+    let store = tokio::task::spawn_blocking(move || TaskStore::open(dir, options))
+        .await
+        .map_err(|e| StreamsError::NotRunning(format!("opening the global stores: {e}")))?
+        .map_err(|source| StreamsError::store("global", source))?;
     let mut parts = Vec::new();
     let mut handles = std::collections::BTreeMap::new();
     for spec in &specs {

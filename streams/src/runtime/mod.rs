@@ -301,6 +301,7 @@ async fn scan_offset_sums(
     layout: Vec<assignor::SubLayout>,
 ) -> Result<BTreeMap<TaskId, i64>> {
     let dir = config.state_dir.join(&config.application_id);
+    let options = config.store.clone();
     tokio::task::spawn_blocking(move || {
         let mut sums = BTreeMap::new();
         let Ok(entries) = std::fs::read_dir(&dir) else {
@@ -318,7 +319,7 @@ async fn scan_offset_sums(
             else {
                 continue;
             };
-            match weir_store::TaskStore::open(entry.path(), weir_store::StoreOptions::default()) {
+            match weir_store::TaskStore::open(entry.path(), options.clone()) {
                 Ok(store) => {
                     let partition = i32::try_from(p).unwrap_or(i32::MAX);
                     if let Some(sum) = assignor::offset_sum(&store, &sub.changelogs, partition) {

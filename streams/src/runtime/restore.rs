@@ -72,12 +72,8 @@ async fn open_store(rt: &Runtime, task: TaskId) -> Result<TaskStore> {
     let dir = rt.task_dir(task);
     let mut waited = Duration::ZERO;
     loop {
-        let d = dir.clone();
-        match blocking(task, move || {
-            TaskStore::open(d, weir_store::StoreOptions::default())
-        })
-        .await
-        {
+        let (d, options) = (dir.clone(), rt.config.store.clone());
+        match blocking(task, move || TaskStore::open(d, options)).await {
             Err(StreamsError::Store { source, .. })
                 if matches!(*source, StoreError::Locked { .. })
                     && waited < Duration::from_secs(30) =>
