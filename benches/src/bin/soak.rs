@@ -139,6 +139,8 @@ struct Options {
     rate: u64,
     guarantee: Guarantee,
     rss_bound_mib: f64,
+    /// Streams properties from `-X key=value`, applied last.
+    props: Vec<(String, String)>,
 }
 
 fn options() -> Result<Options, BoxError> {
@@ -148,8 +150,10 @@ fn options() -> Result<Options, BoxError> {
         instances: 3,
         rate: 2_000,
         guarantee: Guarantee::ExactlyOnce,
-        rss_bound_mib: PARTITIONS as f64 * (64.0 + 32.0),
+        rss_bound_mib: 0.0,
+        props: Vec::new(),
     };
+    let mut bound_set = false;
     let mut args = std::env::args().skip(1);
     while let Some(flag) = args.next() {
         let mut value = || args.next().ok_or_else(|| format!("{flag} needs a value"));
@@ -158,7 +162,17 @@ fn options() -> Result<Options, BoxError> {
             "--fault-every-secs" => o.fault_every = Duration::from_secs(value()?.parse()?),
             "--instances" => o.instances = value()?.parse()?,
             "--rate" => o.rate = value()?.parse()?,
-            "--rss-bound-mib" => o.rss_bound_mib = value()?.parse()?,
+            "--rss-bound-mib" => {
+                o.rss_bound_mib = value()?.parse()?;
+                bound_set = true;
+            }
+            "-X" => {
+                let kv = value()?;
+                let (k, v) = kv
+                    .split_once('=')
+                    .ok_or_else(|| format!("-X takes key=value, not {kv}"))?;
+                o.props.push((k.to_owned(), v.to_owned()));
+            }
             "--guarantee" => {
                 o.guarantee = match value()?.as_str() {
                     "eos" => Guarantee::ExactlyOnce,
@@ -169,11 +183,25 @@ fn options() -> Result<Options, BoxError> {
             f => {
                 return Err(format!(
                     "unknown flag {f}; flags: --minutes M --fault-every-secs S --instances N \
-                     --rate R --guarantee eos|alos --rss-bound-mib B"
+                     --rate R --guarantee eos|alos --rss-bound-mib B -X key=value"
                 )
                 .into());
             }
         }
+    }
+    if !bound_set {
+        // The stores' design bound: every task store at its cache plus its
+        // memtable (fjall's 64 MiB unless -X weir.store.memtable.bytes).
+        let mib = |key: &str, default: f64| {
+            o.props
+                .iter()
+                .rev()
+                .find(|(k, _)| k == key)
+                .and_then(|(_, v)| v.parse::<f64>().ok())
+                .map_or(default, |b| b / f64::from(1u32 << 20))
+        };
+        o.rss_bound_mib = PARTITIONS as f64
+            * (mib("weir.store.memtable.bytes", 64.0) + mib("weir.store.cache.bytes", 32.0));
     }
     if o.instances == 0 || o.rate == 0 || o.fault_every.is_zero() {
         return Err("--instances, --rate and --fault-every-secs must be positive".into());
@@ -192,6 +220,7 @@ struct Instance {
 
 struct Fleet {
     kit: Arc<Cluster>,
+    props: Vec<(String, String)>,
     guarantee: Guarantee,
     root: tempfile::TempDir,
     instances: Vec<Option<Instance>>,
@@ -225,6 +254,7 @@ impl Fleet {
             }
             Guarantee::AtLeastOnce => props.push(("processing.guarantee", "at_least_once")),
         }
+        props.extend(self.props.iter().map(|(k, v)| (k.as_str(), v.as_str())));
         Ok(StreamsConfig::from_properties(&props)?)
     }
 
@@ -657,6 +687,7 @@ async fn main() -> Result<(), BoxError> {
     let live = Arc::new(AtomicUsize::new(0));
     let mut fleet = Fleet {
         kit: Arc::clone(&kit),
+        props: o.props.clone(),
         guarantee: o.guarantee,
         root: tempfile::tempdir()?,
         instances: (0..o.instances).map(|_| None).collect(),
