@@ -1,0 +1,264 @@
+//! The streams runtime end to end on the real broker at `$KAFKA_BOOTSTRAP`
+//! (tansu under scripts/test.sh), not on weir-testkit: a stateful word
+//! count (a persistent key-value store with a changelog) under each
+//! guarantee. The app counts a first input, is closed, and a second
+//! instance on an empty state directory restores the store from the
+//! changelog topic on the broker and counts a second input on top.
+//!
+//! What this checks on a broker Weir did not write: internal topics
+//! created and checked (partitions, `cleanup.policy=compact`), the group
+//! join and assignment through the streams assignor, the per-task
+//! changelog fence (at-least-once) and the transactions (exactly-once),
+//! committed offsets read back with `require_stable` by the next owner,
+//! and a restore from the broker's changelog. No fault is injected: tansu
+//! 0.6 returns aborted records to read_committed readers (shared NOTES §1),
+//! so aborts are proven against weir-testkit only.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use weir_client::Cluster;
+use weir_client::admin::{Admin, NewTopic};
+use weir_client::config::ClientConfig;
+use weir_client::config::consumer::{AutoOffsetReset, ConsumerOptions, IsolationLevel};
+use weir_client::config::producer::ProducerConfig;
+use weir_client::consumer::{Consumer, SeekTo, TopicPartition};
+use weir_client::producer::{Producer, ProducerRecord};
+use weir_streams::processor::{Processor, ProcessorContext};
+use weir_streams::state::KvStoreRef;
+use weir_streams::{KafkaStreams, ProcessError, Record, StreamsConfig, TopologyBuilder};
+
+const PARTITIONS: i32 = 2;
+const WORDS: u64 = 20;
+
+fn bootstrap_or_skip(test: &str) -> Option<String> {
+    match std::env::var("KAFKA_BOOTSTRAP") {
+        Ok(b) if !b.trim().is_empty() => Some(b),
+        _ => {
+            assert!(
+                std::env::var("WEIR_EXPECT_BROKER").as_deref() != Ok("1"),
+                "{test}: WEIR_EXPECT_BROKER=1 but KAFKA_BOOTSTRAP is unset"
+            );
+            println!("skipped: {test}: KAFKA_BOOTSTRAP is unset");
+            None
+        }
+    }
+}
+
+fn unique(prefix: &str) -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    format!("{prefix}-{nanos}")
+}
+
+struct Count(KvStoreRef<String, u64>);
+
+impl Processor<String, ()> for Count {
+    type KOut = String;
+    type VOut = String;
+
+    fn process(
+        &mut self,
+        ctx: &mut ProcessorContext<'_, String, String>,
+        word: Record<String, ()>,
+    ) -> Result<(), ProcessError> {
+        let counts = ctx.kv_store(&self.0)?;
+        let n = counts.get(&word.key)?.unwrap_or(0) + 1;
+        counts.put(&word.key, &n, word.timestamp)?;
+        ctx.forward(Record::new(word.key, n.to_string(), word.timestamp));
+        Ok(())
+    }
+}
+
+fn topology(input: &str, output: &str) -> weir_streams::Topology {
+    let mut b = TopologyBuilder::new();
+    let counts = b.kv_store::<String, u64>("counts");
+    let words = b.source::<String, ()>("words", &[input]);
+    let store = counts.clone();
+    let counted = b.processor("count", &[&words], move || Count(store.clone()), &[&counts]);
+    b.sink("out", &[&counted], output);
+    b.build().unwrap()
+}
+
+/// Writes `n` keyed records (`WORDS` words, round robin from `from`).
+async fn produce(bootstrap: &str, topic: &str, from: u64, n: u64) {
+    let producer = Producer::new(
+        ProducerConfig::from_properties(&[("bootstrap.servers", bootstrap), ("linger.ms", "5")])
+            .unwrap(),
+    )
+    .await
+    .unwrap();
+    for i in from..from + n {
+        producer
+            .send(ProducerRecord::new(topic).with_key(format!("w{:02}", i % WORDS)))
+            .await
+            .unwrap();
+    }
+    producer.close().await;
+}
+
+/// Every committed output record, as (word, count) in each partition's order.
+async fn read_output(bootstrap: &str, topic: &str) -> Vec<(String, u64)> {
+    let cluster = Cluster::connect(
+        ClientConfig::from_properties(&[("bootstrap.servers", bootstrap)]).unwrap(),
+    )
+    .await
+    .unwrap();
+    let mut consumer = Consumer::with_cluster(
+        cluster,
+        ConsumerOptions {
+            isolation_level: IsolationLevel::ReadCommitted,
+            auto_offset_reset: AutoOffsetReset::Earliest,
+            fetch_max_wait: Duration::from_millis(100),
+            ..Default::default()
+        },
+    );
+    let tps: Vec<TopicPartition> = (0..PARTITIONS)
+        .map(|p| TopicPartition::new(topic, p))
+        .collect();
+    consumer.assign(tps.clone());
+    for tp in &tps {
+        consumer.seek(tp, SeekTo::Earliest).unwrap();
+    }
+    let mut out = Vec::new();
+    // Until a few polls in a row bring nothing.
+    let mut quiet = 0;
+    while quiet < 3 {
+        let records = consumer.poll_for(Duration::from_millis(300)).await.unwrap();
+        quiet = if records.is_empty() { quiet + 1 } else { 0 };
+        for r in records {
+            let word = String::from_utf8(r.key.unwrap().to_vec()).unwrap();
+            let n = String::from_utf8(r.value.unwrap().to_vec()).unwrap();
+            out.push((word, n.parse().unwrap()));
+        }
+    }
+    out
+}
+
+fn last_counts(out: &[(String, u64)]) -> BTreeMap<String, u64> {
+    out.iter().cloned().collect()
+}
+
+fn config(bootstrap: &str, app: &str, dir: &std::path::Path, guarantee: &str) -> StreamsConfig {
+    let dir = dir.display().to_string();
+    StreamsConfig::from_properties(&[
+        ("application.id", app),
+        ("bootstrap.servers", bootstrap),
+        ("state.dir", dir.as_str()),
+        ("processing.guarantee", guarantee),
+        ("commit.interval.ms", "500"),
+        // tansu's first JoinGroup of a group waits about half the session
+        // timeout, and its fetches wait the full max wait (shared NOTES §1).
+        ("session.timeout.ms", "6000"),
+        ("fetch.max.wait.ms", "100"),
+        ("default.api.timeout.ms", "20000"),
+    ])
+    .unwrap()
+}
+
+/// Runs instances until the output's last counts are `expected`, or fails
+/// after a minute.
+async fn wait_for_counts(bootstrap: &str, output: &str, expected: &BTreeMap<String, u64>) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let got = last_counts(&read_output(bootstrap, output).await);
+        if &got == expected {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the counts on the broker after 60 s: {got:?}, expected {expected:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+async fn count_restore_and_count_on(guarantee: &str) {
+    let Some(bootstrap) = bootstrap_or_skip(&format!("streams_tansu {guarantee}")) else {
+        return;
+    };
+    let (input, output, app) = (
+        unique("weir-st-in"),
+        unique("weir-st-out"),
+        unique("weir-st-app"),
+    );
+    let admin = Admin::connect(
+        ClientConfig::from_properties(&[("bootstrap.servers", bootstrap.as_str())]).unwrap(),
+    )
+    .await
+    .unwrap();
+    for topic in [&input, &output] {
+        admin
+            .create_topic(NewTopic::new(topic, PARTITIONS))
+            .await
+            .unwrap();
+    }
+    let per_word = |total: u64| -> BTreeMap<String, u64> {
+        (0..WORDS)
+            .map(|w| {
+                (
+                    format!("w{w:02}"),
+                    total / WORDS + u64::from(w < total % WORDS),
+                )
+            })
+            .collect()
+    };
+
+    // 1. Count 200 records, then close cleanly.
+    produce(&bootstrap, &input, 0, 200).await;
+    let first_dir = tempfile::tempdir().unwrap();
+    let first = KafkaStreams::start(
+        topology(&input, &output),
+        config(&bootstrap, &app, first_dir.path(), guarantee),
+    )
+    .await
+    .unwrap();
+    wait_for_counts(&bootstrap, &output, &per_word(200)).await;
+    first.close(Duration::from_secs(30)).await.unwrap();
+
+    // 2. A new instance on an empty state directory: the store comes back
+    // from the changelog on the broker, and the next 100 records count on
+    // from it (a store restored short would restart words from a lower count).
+    produce(&bootstrap, &input, 200, 100).await;
+    let second_dir = tempfile::tempdir().unwrap();
+    let second = KafkaStreams::start(
+        topology(&input, &output),
+        config(&bootstrap, &app, second_dir.path(), guarantee),
+    )
+    .await
+    .unwrap();
+    wait_for_counts(&bootstrap, &output, &per_word(300)).await;
+    let restored = second.metrics().restored_records;
+    second.close(Duration::from_secs(30)).await.unwrap();
+    assert!(
+        restored >= WORDS,
+        "the second instance restored {restored} changelog records"
+    );
+
+    // With no fault, a clean close commits everything: each input record
+    // gives exactly one output, and each word's counts are 1, 2, ... n.
+    let out = read_output(&bootstrap, &output).await;
+    assert_eq!(out.len(), 300, "one output per input");
+    let mut seen: BTreeMap<&str, Vec<u64>> = BTreeMap::new();
+    for (w, n) in &out {
+        seen.entry(w).or_default().push(*n);
+    }
+    for (w, counts) in seen {
+        let n = counts.len() as u64;
+        assert_eq!(counts, (1..=n).collect::<Vec<_>>(), "{w}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn at_least_once_word_count_restores_from_the_brokers_changelog() {
+    count_restore_and_count_on("at_least_once").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exactly_once_word_count_restores_from_the_brokers_changelog() {
+    count_restore_and_count_on("exactly_once_v2").await;
+}
