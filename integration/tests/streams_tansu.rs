@@ -1,9 +1,10 @@
 //! The streams runtime end to end on the real broker at `$KAFKA_BOOTSTRAP`
 //! (tansu under scripts/test.sh), not on weir-testkit: a stateful word
-//! count (a persistent key-value store with a changelog) under each
-//! guarantee. The app counts a first input, is closed, and a second
-//! instance on an empty state directory restores the store from the
-//! changelog topic on the broker and counts a second input on top.
+//! count (a persistent key-value store with a changelog) over 6 partitions,
+//! under each guarantee. Two instances of 3 stream threads each count a
+//! first input in one group and are closed; a third instance on an empty
+//! state directory restores the stores from the changelog topic on the
+//! broker and counts a second input on top.
 //!
 //! What this checks on a broker Weir did not write: internal topics
 //! created and checked (partitions, `cleanup.policy=compact`), the group
@@ -30,7 +31,7 @@ use weir_streams::processor::{Processor, ProcessorContext};
 use weir_streams::state::KvStoreRef;
 use weir_streams::{KafkaStreams, ProcessError, Record, StreamsConfig, TopologyBuilder};
 
-const PARTITIONS: i32 = 2;
+const PARTITIONS: i32 = 6;
 const WORDS: u64 = 20;
 
 fn bootstrap_or_skip(test: &str) -> Option<String> {
@@ -147,6 +148,7 @@ fn config(bootstrap: &str, app: &str, dir: &std::path::Path, guarantee: &str) ->
     let dir = dir.display().to_string();
     StreamsConfig::from_properties(&[
         ("application.id", app),
+        ("num.stream.threads", "3"),
         ("bootstrap.servers", bootstrap),
         ("state.dir", dir.as_str()),
         ("processing.guarantee", guarantee),
@@ -208,17 +210,30 @@ async fn count_restore_and_count_on(guarantee: &str) {
             .collect()
     };
 
-    // 1. Count 200 records, then close cleanly.
+    // 1. Two instances count 200 records, then close cleanly.
     produce(&bootstrap, &input, 0, 200).await;
-    let first_dir = tempfile::tempdir().unwrap();
-    let first = KafkaStreams::start(
-        topology(&input, &output),
-        config(&bootstrap, &app, first_dir.path(), guarantee),
-    )
-    .await
-    .unwrap();
+    let dirs = [tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap()];
+    let mut first = Vec::new();
+    for dir in &dirs {
+        first.push(
+            KafkaStreams::start(
+                topology(&input, &output),
+                config(&bootstrap, &app, dir.path(), guarantee),
+            )
+            .await
+            .unwrap(),
+        );
+    }
     wait_for_counts(&bootstrap, &output, &per_word(200)).await;
-    first.close(Duration::from_secs(30)).await.unwrap();
+    let tasks: Vec<usize> = first.iter().map(|i| i.metrics().tasks.len()).collect();
+    for instance in first {
+        instance.close(Duration::from_secs(30)).await.unwrap();
+    }
+    assert_eq!(
+        tasks.iter().sum::<usize>(),
+        PARTITIONS as usize,
+        "{tasks:?}"
+    );
 
     // 2. A new instance on an empty state directory: the store comes back
     // from the changelog on the broker, and the next 100 records count on
