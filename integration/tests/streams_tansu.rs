@@ -27,63 +27,12 @@ use weir_client::config::consumer::{AutoOffsetReset, ConsumerOptions, IsolationL
 use weir_client::config::producer::ProducerConfig;
 use weir_client::consumer::{Consumer, SeekTo, TopicPartition};
 use weir_client::producer::{Producer, ProducerRecord};
-use weir_streams::processor::{Processor, ProcessorContext};
-use weir_streams::state::KvStoreRef;
-use weir_streams::{KafkaStreams, ProcessError, Record, StreamsConfig, TopologyBuilder};
+use weir_integration::real_broker::{bootstrap_or_skip, unique};
+use weir_integration::word_count::topology;
+use weir_streams::{KafkaStreams, StreamsConfig};
 
 const PARTITIONS: i32 = 6;
 const WORDS: u64 = 20;
-
-fn bootstrap_or_skip(test: &str) -> Option<String> {
-    match std::env::var("KAFKA_BOOTSTRAP") {
-        Ok(b) if !b.trim().is_empty() => Some(b),
-        _ => {
-            assert!(
-                std::env::var("WEIR_EXPECT_BROKER").as_deref() != Ok("1"),
-                "{test}: WEIR_EXPECT_BROKER=1 but KAFKA_BOOTSTRAP is unset"
-            );
-            println!("skipped: {test}: KAFKA_BOOTSTRAP is unset");
-            None
-        }
-    }
-}
-
-fn unique(prefix: &str) -> String {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_nanos();
-    format!("{prefix}-{nanos}")
-}
-
-struct Count(KvStoreRef<String, u64>);
-
-impl Processor<String, ()> for Count {
-    type KOut = String;
-    type VOut = String;
-
-    fn process(
-        &mut self,
-        ctx: &mut ProcessorContext<'_, String, String>,
-        word: Record<String, ()>,
-    ) -> Result<(), ProcessError> {
-        let counts = ctx.kv_store(&self.0)?;
-        let n = counts.get(&word.key)?.unwrap_or(0) + 1;
-        counts.put(&word.key, &n, word.timestamp)?;
-        ctx.forward(Record::new(word.key, n.to_string(), word.timestamp));
-        Ok(())
-    }
-}
-
-fn topology(input: &str, output: &str) -> weir_streams::Topology {
-    let mut b = TopologyBuilder::new();
-    let counts = b.kv_store::<String, u64>("counts");
-    let words = b.source::<String, ()>("words", &[input]);
-    let store = counts.clone();
-    let counted = b.processor("count", &[&words], move || Count(store.clone()), &[&counts]);
-    b.sink("out", &[&counted], output);
-    b.build().unwrap()
-}
 
 /// Writes `n` keyed records (`WORDS` words, round robin from `from`).
 async fn produce(bootstrap: &str, topic: &str, from: u64, n: u64) {
@@ -217,7 +166,7 @@ async fn count_restore_and_count_on(guarantee: &str) {
     for dir in &dirs {
         first.push(
             KafkaStreams::start(
-                topology(&input, &output),
+                topology(&input, &output).unwrap(),
                 config(&bootstrap, &app, dir.path(), guarantee),
             )
             .await
@@ -241,7 +190,7 @@ async fn count_restore_and_count_on(guarantee: &str) {
     produce(&bootstrap, &input, 200, 100).await;
     let second_dir = tempfile::tempdir().unwrap();
     let second = KafkaStreams::start(
-        topology(&input, &output),
+        topology(&input, &output).unwrap(),
         config(&bootstrap, &app, second_dir.path(), guarantee),
     )
     .await

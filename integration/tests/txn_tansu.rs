@@ -22,28 +22,7 @@ use weir_client::producer::{ProducerRecord, TopicPartition};
 use weir_client::transaction::{
     GroupMetadata, TransactionConfig, TransactionalProducer, fetch_stable_offsets,
 };
-
-fn bootstrap_or_skip(test: &str) -> Option<String> {
-    match std::env::var("KAFKA_BOOTSTRAP") {
-        Ok(b) if !b.trim().is_empty() => Some(b),
-        _ => {
-            assert!(
-                std::env::var("WEIR_EXPECT_BROKER").as_deref() != Ok("1"),
-                "{test}: WEIR_EXPECT_BROKER=1 but KAFKA_BOOTSTRAP is unset"
-            );
-            println!("skipped: {test}: KAFKA_BOOTSTRAP is unset");
-            None
-        }
-    }
-}
-
-fn unique(prefix: &str) -> String {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_nanos();
-    format!("{prefix}-{nanos}")
-}
+use weir_integration::real_broker::{bootstrap_or_skip, unique};
 
 fn config(bootstrap: &str) -> ClientConfig {
     ClientConfig::from_properties(&[

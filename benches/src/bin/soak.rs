@@ -68,11 +68,10 @@ use bytes::Bytes;
 use tokio::sync::mpsc;
 use weir_client::config::producer::ProducerConfig;
 use weir_client::producer::{DeliveryFuture, Producer, ProducerRecord};
+use weir_integration::word_count::topology;
 use weir_protocol::records::{ControlKind, DecodeOptions, Record as LogRecord, decode_batches};
-use weir_streams::processor::{Processor, ProcessorContext};
 use weir_streams::runtime::State;
-use weir_streams::state::KvStoreRef;
-use weir_streams::{KafkaStreams, ProcessError, Record, StreamsConfig, TopologyBuilder};
+use weir_streams::{KafkaStreams, StreamsConfig};
 use weir_testkit::Cluster;
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -87,36 +86,8 @@ const WARMUP: Duration = Duration::from_secs(60);
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(180);
 
 // ---------------------------------------------------------------------------
-// The application (the word count of streams_wordcount).
-
-struct Count(KvStoreRef<String, u64>);
-
-impl Processor<String, ()> for Count {
-    type KOut = String;
-    type VOut = String;
-
-    fn process(
-        &mut self,
-        ctx: &mut ProcessorContext<'_, String, String>,
-        word: Record<String, ()>,
-    ) -> Result<(), ProcessError> {
-        let counts = ctx.kv_store(&self.0)?;
-        let n = counts.get(&word.key)?.unwrap_or(0) + 1;
-        counts.put(&word.key, &n, word.timestamp)?;
-        ctx.forward(Record::new(word.key, n.to_string(), word.timestamp));
-        Ok(())
-    }
-}
-
-fn topology() -> weir_streams::Result<weir_streams::Topology> {
-    let mut b = TopologyBuilder::new();
-    let counts = b.kv_store::<String, u64>("counts");
-    let words = b.source::<String, ()>("words", &[INPUT]);
-    let store = counts.clone();
-    let counted = b.processor("count", &[&words], move || Count(store.clone()), &[&counts]);
-    b.sink("out", &[&counted], OUTPUT);
-    b.build()
-}
+// The application is weir_integration::word_count, as in streams_wordcount;
+// the input words:
 
 fn word(i: usize) -> String {
     format!("w{i:04}")
@@ -266,7 +237,8 @@ impl Fleet {
     }
 
     async fn start(&mut self, slot: usize, dir: PathBuf) -> Result<(), BoxError> {
-        let streams = KafkaStreams::start(topology()?, self.config(slot, &dir)?).await?;
+        let streams =
+            KafkaStreams::start(topology(INPUT, OUTPUT)?, self.config(slot, &dir)?).await?;
         self.instances[slot] = Some(Instance { slot, dir, streams });
         self.live.fetch_add(1, Ordering::SeqCst);
         Ok(())

@@ -34,9 +34,8 @@ use weir_client::config::consumer::ConsumerConfig;
 use weir_client::config::producer::ProducerConfig;
 use weir_client::consumer::{Consumer, SeekTo, TopicPartition};
 use weir_client::producer::{Producer, ProducerRecord};
-use weir_streams::processor::{Processor, ProcessorContext};
-use weir_streams::state::KvStoreRef;
-use weir_streams::{KafkaStreams, ProcessError, Record, StreamsConfig, TopologyBuilder};
+use weir_integration::word_count::topology;
+use weir_streams::{KafkaStreams, StreamsConfig};
 use weir_testkit::Cluster;
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -44,35 +43,6 @@ type BoxError = Box<dyn std::error::Error + Send + Sync>;
 const INPUT: &str = "words";
 const PARTITIONS: i32 = 6;
 const VOCABULARY: u64 = 1_000;
-
-struct Count(KvStoreRef<String, u64>);
-
-impl Processor<String, ()> for Count {
-    type KOut = String;
-    type VOut = String;
-
-    fn process(
-        &mut self,
-        ctx: &mut ProcessorContext<'_, String, String>,
-        word: Record<String, ()>,
-    ) -> Result<(), ProcessError> {
-        let counts = ctx.kv_store(&self.0)?;
-        let n = counts.get(&word.key)?.unwrap_or(0) + 1;
-        counts.put(&word.key, &n, word.timestamp)?;
-        ctx.forward(Record::new(word.key, n.to_string(), word.timestamp));
-        Ok(())
-    }
-}
-
-fn topology(output: &str) -> weir_streams::Result<weir_streams::Topology> {
-    let mut b = TopologyBuilder::new();
-    let counts = b.kv_store::<String, u64>("counts");
-    let words = b.source::<String, ()>("words", &[INPUT]);
-    let store = counts.clone();
-    let counted = b.processor("count", &[&words], move || Count(store.clone()), &[&counts]);
-    b.sink("out", &[&counted], output);
-    b.build()
-}
 
 fn word(i: u64) -> String {
     // A multiplicative hash spreads the vocabulary over the partitions.
@@ -170,7 +140,7 @@ async fn streams(
         config.set("weir.internal.unfenced.changelog", "true")?;
     }
     let started = Instant::now();
-    let instance = KafkaStreams::start(topology(output)?, config).await?;
+    let instance = KafkaStreams::start(topology(INPUT, output)?, config).await?;
     loop {
         let mut done = 0i64;
         for p in 0..PARTITIONS {

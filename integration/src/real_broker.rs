@@ -1,0 +1,38 @@
+//! Helpers for the tests that run against the real broker at
+//! `$KAFKA_BOOTSTRAP` (tansu under scripts/test.sh).
+//!
+//! ```
+//! let a = weir_integration::real_broker::unique("topic");
+//! assert!(a.starts_with("topic-"));
+//! ```
+
+/// The broker to test against, or `None` (the test prints that it was
+/// skipped) when `KAFKA_BOOTSTRAP` is unset. With `WEIR_EXPECT_BROKER=1`
+/// a missing broker fails the test instead, so CI can't go green by
+/// skipping.
+///
+/// # Panics
+/// Under `WEIR_EXPECT_BROKER=1` with no `KAFKA_BOOTSTRAP`, on purpose: it
+/// is a test helper.
+#[allow(clippy::panic)]
+pub fn bootstrap_or_skip(test: &str) -> Option<String> {
+    match std::env::var("KAFKA_BOOTSTRAP") {
+        Ok(b) if !b.trim().is_empty() => Some(b),
+        _ => {
+            if std::env::var("WEIR_EXPECT_BROKER").as_deref() == Ok("1") {
+                panic!("{test}: WEIR_EXPECT_BROKER=1 but KAFKA_BOOTSTRAP is unset");
+            }
+            println!("skipped: {test}: KAFKA_BOOTSTRAP is unset");
+            None
+        }
+    }
+}
+
+/// `prefix` with the time in nanoseconds: a name no earlier run on the same
+/// broker used (tansu's memory engine keeps topics and groups for its life).
+pub fn unique(prefix: &str) -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    format!("{prefix}-{nanos}")
+}
