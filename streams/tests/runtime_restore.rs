@@ -429,3 +429,118 @@ async fn an_aborted_changelog_tail_is_passed_over_without_waiting_out_a_poll() {
     a.close(Duration::from_secs(30)).await.unwrap();
     assert_eq!(stores(dir.path(), ["0_0".to_owned()].into_iter()), expected);
 }
+
+/// Counts each key into two stores, `counts` and `seen`: two changelogs,
+/// restored one after the other.
+fn count_twice() -> weir_streams::Topology {
+    use weir_streams::processor::{Processor, ProcessorContext};
+    use weir_streams::state::KvStoreRef;
+    use weir_streams::{ProcessError, Record, TopologyBuilder};
+    struct CountTwice(KvStoreRef<String, u64>, KvStoreRef<String, u64>);
+    impl Processor<String, ()> for CountTwice {
+        type KOut = String;
+        type VOut = String;
+        fn process(
+            &mut self,
+            ctx: &mut ProcessorContext<'_, String, String>,
+            r: Record<String, ()>,
+        ) -> Result<(), ProcessError> {
+            let counts = ctx.kv_store(&self.0)?;
+            let n = counts.get(&r.key)?.unwrap_or(0) + 1;
+            counts.put(&r.key, &n, r.timestamp)?;
+            ctx.kv_store(&self.1)?.put(&r.key, &n, r.timestamp)?;
+            ctx.forward(Record::new(r.key, n.to_string(), r.timestamp));
+            Ok(())
+        }
+    }
+    let mut b = TopologyBuilder::new();
+    let counts = b.kv_store::<String, u64>("counts");
+    let seen = b.kv_store::<String, u64>("seen");
+    let words = b.source::<String, ()>("words", &[INPUT]);
+    let (c, s) = (counts.clone(), seen.clone());
+    let counted = b.processor(
+        "count",
+        &[&words],
+        move || CountTwice(c.clone(), s.clone()),
+        &[&counts, &seen],
+    );
+    b.sink("out", &[&counted], OUTPUT);
+    b.build().unwrap()
+}
+
+/// An active restore's fetches are short: each store's restore consumer,
+/// done at the changelog's end, leaves a prefetch behind on the instance's
+/// restore connection, which the broker serves one request at a time, so
+/// the next store's first fetch waited for it, up to fetch.max.wait.ms
+/// (as it waited for every standby's long poll there). Issue 15's rolling
+/// deploy: with three stores, 0.5-1 s of the worst task's delay.
+#[tokio::test(start_paused = true)]
+async fn a_restore_does_not_wait_behind_the_previous_stores_long_poll() {
+    let kit = testkit(1, 1).await;
+    let (words, expected) = word_lines(40, 13);
+    produce_words(&kit, &words).await;
+    let dir = tempfile::tempdir().unwrap();
+    let props = [("fetch.max.wait.ms", "2000")];
+    let a = start(
+        count_twice(),
+        streams_config(&kit, "wc", "a", dir.path(), &props),
+    )
+    .await;
+    let n = total(&expected);
+    eventually("the words counted", Duration::from_secs(120), || async {
+        read_committed(&kit, OUTPUT).await.len() as u64 >= n
+    })
+    .await;
+    a.close(Duration::from_secs(30)).await.unwrap();
+
+    // A tail on both changelogs, for both stores to restore.
+    let producer = Producer::with_cluster(client(&kit, "other").await, Default::default()).unwrap();
+    let mut acks = Vec::new();
+    for topic in ["wc-counts-changelog", "wc-seen-changelog"] {
+        let record = ProducerRecord::new(topic)
+            .with_partition(0)
+            .with_key("tail".to_owned())
+            .with_value(bytes::Bytes::copy_from_slice(&7u64.to_be_bytes()));
+        acks.push(producer.enqueue(record).await.unwrap());
+    }
+    producer.flush().await;
+    for a in acks {
+        a.await.unwrap();
+    }
+
+    let a = start(
+        count_twice(),
+        streams_config(&kit, "wc", "a", dir.path(), &props),
+    )
+    .await;
+    let monitor = a.task_monitor();
+    let mut restore = None;
+    for _ in 0..20_000 {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        let Some(t) = monitor
+            .tasks()
+            .into_iter()
+            .find(|t| t.id.to_string() == "0_0")
+        else {
+            continue;
+        };
+        if t.state == TaskState::Running {
+            let acquired = t
+                .history
+                .iter()
+                .rfind(|o| o.role == Role::Active)
+                .unwrap()
+                .acquired_at;
+            restore = Some(acquired.elapsed());
+            break;
+        }
+    }
+    let restore = restore.expect("task 0_0 running after the restart");
+    println!("assigned to running: {restore:?}");
+    assert_eq!(a.metrics().restored_records, 2, "one tail record per store");
+    assert!(
+        restore < Duration::from_millis(500),
+        "the restore waited {restore:?} (fetch.max.wait.ms 2000)"
+    );
+    a.close(Duration::from_secs(30)).await.unwrap();
+}
