@@ -3,6 +3,8 @@
 //! - a restart with its state directory intact restores only the changelog
 //!   tail its stores have not committed; a new instance restores everything
 //!   before it processes;
+//! - a changelog tail of aborted records (an owner's transaction aborted at
+//!   a rebalance) is passed over at once, not after a poll's timeout;
 //! - the streams assignor spreads stateful tasks by capacity and keeps the
 //!   co-partitioned partitions of a task together.
 
@@ -15,6 +17,8 @@ use std::time::Duration;
 
 use support::*;
 use weir_client::producer::{Producer, ProducerRecord};
+use weir_client::transaction::{TransactionConfig, TransactionalProducer};
+use weir_streams::runtime::{Role, TaskState};
 
 const CHANGELOG: &str = "wc-counts-changelog";
 
@@ -339,5 +343,204 @@ async fn a_restarted_exactly_once_instance_aborts_its_crashed_predecessors_trans
     let out = read_committed(&kit, OUTPUT).await;
     assert_eq!(out.len() as u64, words, "exactly once");
     assert_eq!(last_counts(&out), expected);
+    a.close(Duration::from_secs(30)).await.unwrap();
+}
+
+/// A changelog whose tail past the store's committed offset is one aborted
+/// transaction (an owner's, aborted when the group refused its commit at a
+/// rebalance: issue 15's rolling deploy) holds no record to restore, and
+/// the first fetch moves the restore's position past it. The restore is
+/// done then: it took a whole 500 ms poll per store, 1.5 s of the rolling
+/// deploy's 2 s per task with three stores.
+#[tokio::test(start_paused = true)]
+async fn an_aborted_changelog_tail_is_passed_over_without_waiting_out_a_poll() {
+    let kit = testkit(1, 1).await;
+    let (words, expected) = word_lines(40, 11);
+    produce_words(&kit, &words).await;
+    let dir = tempfile::tempdir().unwrap();
+    let a = start(
+        count_keys(),
+        streams_config(&kit, "wc", "a", dir.path(), &[]),
+    )
+    .await;
+    let n = total(&expected);
+    eventually("the words counted", Duration::from_secs(120), || async {
+        read_committed(&kit, OUTPUT).await.len() as u64 >= n
+    })
+    .await;
+    a.close(Duration::from_secs(30)).await.unwrap();
+
+    let txn = TransactionalProducer::with_cluster(
+        client(&kit, "aborting").await,
+        Default::default(),
+        TransactionConfig::new("aborting-owner"),
+    )
+    .unwrap();
+    txn.init_transactions().await.unwrap();
+    txn.begin().unwrap();
+    for word in ["aborted-a", "aborted-b", "aborted-c"] {
+        let record = ProducerRecord::new(CHANGELOG)
+            .with_partition(0)
+            .with_key(word.to_owned())
+            .with_value(bytes::Bytes::copy_from_slice(&9u64.to_be_bytes()));
+        txn.send(record).await.unwrap();
+    }
+    txn.abort().await.unwrap();
+    txn.close().await;
+
+    let a = start(
+        count_keys(),
+        streams_config(&kit, "wc", "a", dir.path(), &[]),
+    )
+    .await;
+    let monitor = a.task_monitor();
+    let mut restore = None;
+    for _ in 0..20_000 {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        let Some(t) = monitor
+            .tasks()
+            .into_iter()
+            .find(|t| t.id.to_string() == "0_0")
+        else {
+            continue;
+        };
+        if t.state == TaskState::Running {
+            let acquired = t
+                .history
+                .iter()
+                .rfind(|o| o.role == Role::Active)
+                .unwrap()
+                .acquired_at;
+            restore = Some(acquired.elapsed());
+            break;
+        }
+    }
+    let restore = restore.expect("task 0_0 running after the restart");
+    println!("assigned to running: {restore:?}");
+    assert_eq!(
+        a.metrics().restored_records,
+        0,
+        "nothing committed to restore"
+    );
+    assert!(
+        restore < Duration::from_millis(250),
+        "the restore waited {restore:?} over an aborted tail"
+    );
+    a.close(Duration::from_secs(30)).await.unwrap();
+    assert_eq!(stores(dir.path(), ["0_0".to_owned()].into_iter()), expected);
+}
+
+/// Counts each key into two stores, `counts` and `seen`: two changelogs,
+/// restored one after the other.
+fn count_twice() -> weir_streams::Topology {
+    use weir_streams::processor::{Processor, ProcessorContext};
+    use weir_streams::state::KvStoreRef;
+    use weir_streams::{ProcessError, Record, TopologyBuilder};
+    struct CountTwice(KvStoreRef<String, u64>, KvStoreRef<String, u64>);
+    impl Processor<String, ()> for CountTwice {
+        type KOut = String;
+        type VOut = String;
+        fn process(
+            &mut self,
+            ctx: &mut ProcessorContext<'_, String, String>,
+            r: Record<String, ()>,
+        ) -> Result<(), ProcessError> {
+            let counts = ctx.kv_store(&self.0)?;
+            let n = counts.get(&r.key)?.unwrap_or(0) + 1;
+            counts.put(&r.key, &n, r.timestamp)?;
+            ctx.kv_store(&self.1)?.put(&r.key, &n, r.timestamp)?;
+            ctx.forward(Record::new(r.key, n.to_string(), r.timestamp));
+            Ok(())
+        }
+    }
+    let mut b = TopologyBuilder::new();
+    let counts = b.kv_store::<String, u64>("counts");
+    let seen = b.kv_store::<String, u64>("seen");
+    let words = b.source::<String, ()>("words", &[INPUT]);
+    let (c, s) = (counts.clone(), seen.clone());
+    let counted = b.processor(
+        "count",
+        &[&words],
+        move || CountTwice(c.clone(), s.clone()),
+        &[&counts, &seen],
+    );
+    b.sink("out", &[&counted], OUTPUT);
+    b.build().unwrap()
+}
+
+/// An active restore's fetches are short: each store's restore consumer,
+/// done at the changelog's end, leaves a prefetch behind on the instance's
+/// restore connection, which the broker serves one request at a time, so
+/// the next store's first fetch waited for it, up to fetch.max.wait.ms
+/// (as it waited for every standby's long poll there). Issue 15's rolling
+/// deploy: with three stores, 0.5-1 s of the worst task's delay.
+#[tokio::test(start_paused = true)]
+async fn a_restore_does_not_wait_behind_the_previous_stores_long_poll() {
+    let kit = testkit(1, 1).await;
+    let (words, expected) = word_lines(40, 13);
+    produce_words(&kit, &words).await;
+    let dir = tempfile::tempdir().unwrap();
+    let props = [("fetch.max.wait.ms", "2000")];
+    let a = start(
+        count_twice(),
+        streams_config(&kit, "wc", "a", dir.path(), &props),
+    )
+    .await;
+    let n = total(&expected);
+    eventually("the words counted", Duration::from_secs(120), || async {
+        read_committed(&kit, OUTPUT).await.len() as u64 >= n
+    })
+    .await;
+    a.close(Duration::from_secs(30)).await.unwrap();
+
+    // A tail on both changelogs, for both stores to restore.
+    let producer = Producer::with_cluster(client(&kit, "other").await, Default::default()).unwrap();
+    let mut acks = Vec::new();
+    for topic in ["wc-counts-changelog", "wc-seen-changelog"] {
+        let record = ProducerRecord::new(topic)
+            .with_partition(0)
+            .with_key("tail".to_owned())
+            .with_value(bytes::Bytes::copy_from_slice(&7u64.to_be_bytes()));
+        acks.push(producer.enqueue(record).await.unwrap());
+    }
+    producer.flush().await;
+    for a in acks {
+        a.await.unwrap();
+    }
+
+    let a = start(
+        count_twice(),
+        streams_config(&kit, "wc", "a", dir.path(), &props),
+    )
+    .await;
+    let monitor = a.task_monitor();
+    let mut restore = None;
+    for _ in 0..20_000 {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        let Some(t) = monitor
+            .tasks()
+            .into_iter()
+            .find(|t| t.id.to_string() == "0_0")
+        else {
+            continue;
+        };
+        if t.state == TaskState::Running {
+            let acquired = t
+                .history
+                .iter()
+                .rfind(|o| o.role == Role::Active)
+                .unwrap()
+                .acquired_at;
+            restore = Some(acquired.elapsed());
+            break;
+        }
+    }
+    let restore = restore.expect("task 0_0 running after the restart");
+    println!("assigned to running: {restore:?}");
+    assert_eq!(a.metrics().restored_records, 2, "one tail record per store");
+    assert!(
+        restore < Duration::from_millis(500),
+        "the restore waited {restore:?} (fetch.max.wait.ms 2000)"
+    );
     a.close(Duration::from_secs(30)).await.unwrap();
 }

@@ -220,6 +220,12 @@ impl Consumer {
     /// corrupt batch ([`ClientError::Protocol`]), or a non-retriable
     /// server error such as an authorization failure.
     pub async fn poll(&mut self) -> Result<Vec<ConsumerRecord>> {
+        self.poll_inner(false).await
+    }
+
+    /// The poll loop; `on_progress`: also return (an empty batch) once a
+    /// fetch response moved a position without delivering any record.
+    async fn poll_inner(&mut self, on_progress: bool) -> Result<Vec<ConsumerRecord>> {
         loop {
             if !self.buffer.is_empty() {
                 return Ok(self.take_buffered());
@@ -240,12 +246,26 @@ impl Consumer {
                 continue;
             }
             if let Some(done) = self.in_flight.join_next().await {
+                let before: Option<Vec<(TopicPartition, Position)>> = on_progress.then(|| {
+                    self.assignment
+                        .iter()
+                        .map(|(tp, p)| (tp.clone(), *p))
+                        .collect()
+                });
                 match done {
                     Ok(fetch) => self.handle_fetch(fetch)?,
                     Err(e) => tracing::warn!(error = %e, "fetch task failed"),
                 }
                 // Prefetch: the next Fetch goes out before the records are returned.
                 self.start_fetches().await;
+                if let Some(before) = before
+                    && self.buffer.is_empty()
+                    && before
+                        .iter()
+                        .any(|(tp, p)| self.assignment.get(tp) != Some(p))
+                {
+                    return Ok(Vec::new());
+                }
             }
         }
     }
@@ -256,6 +276,23 @@ impl Consumer {
     /// As [`poll`](Self::poll).
     pub async fn poll_for(&mut self, max_wait: Duration) -> Result<Vec<ConsumerRecord>> {
         match tokio::time::timeout(max_wait, self.poll()).await {
+            Ok(result) => result,
+            Err(_) => Ok(Vec::new()),
+        }
+    }
+
+    /// [`poll_for`](Self::poll_for), but also returns an empty batch as soon
+    /// as a fetch response moved a position without delivering any record
+    /// (transaction markers, and aborted records under read_committed). For
+    /// a reader waiting for its position to reach an offset, such as a
+    /// restore up to a changelog's end: over a tail with no committed
+    /// record, `poll_for` returns only after its whole `max_wait`, though
+    /// the position passed the end with the first response.
+    ///
+    /// # Errors
+    /// As [`poll`](Self::poll).
+    pub async fn poll_for_progress(&mut self, max_wait: Duration) -> Result<Vec<ConsumerRecord>> {
+        match tokio::time::timeout(max_wait, self.poll_inner(true)).await {
             Ok(result) => result,
             Err(_) => Ok(Vec::new()),
         }

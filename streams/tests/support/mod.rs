@@ -21,8 +21,24 @@ use weir_testkit::Cluster;
 pub const INPUT: &str = "text";
 pub const OUTPUT: &str = "word-counts";
 
+/// Log timestamps in virtual time (tokio's paused clock): milliseconds
+/// since the first [`init_tracing`], so a trace lines up with the test's own
+/// virtual-time figures.
+struct VirtualTime;
+
+static TRACE_BASE: std::sync::OnceLock<tokio::time::Instant> = std::sync::OnceLock::new();
+
+impl tracing_subscriber::fmt::time::FormatTime for VirtualTime {
+    fn format_time(&self, w: &mut tracing_subscriber::fmt::format::Writer<'_>) -> std::fmt::Result {
+        let base = TRACE_BASE.get_or_init(tokio::time::Instant::now);
+        write!(w, "v+{:>8}ms", base.elapsed().as_millis())
+    }
+}
+
 pub fn init_tracing() {
+    TRACE_BASE.get_or_init(tokio::time::Instant::now);
     let _ = tracing_subscriber::fmt()
+        .with_timer(VirtualTime)
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()),
         )
