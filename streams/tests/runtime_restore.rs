@@ -393,29 +393,7 @@ async fn an_aborted_changelog_tail_is_passed_over_without_waiting_out_a_poll() {
         streams_config(&kit, "wc", "a", dir.path(), &[]),
     )
     .await;
-    let monitor = a.task_monitor();
-    let mut restore = None;
-    for _ in 0..20_000 {
-        tokio::time::sleep(Duration::from_millis(5)).await;
-        let Some(t) = monitor
-            .tasks()
-            .into_iter()
-            .find(|t| t.id.to_string() == "0_0")
-        else {
-            continue;
-        };
-        if t.state == TaskState::Running {
-            let acquired = t
-                .history
-                .iter()
-                .rfind(|o| o.role == Role::Active)
-                .unwrap()
-                .acquired_at;
-            restore = Some(acquired.elapsed());
-            break;
-        }
-    }
-    let restore = restore.expect("task 0_0 running after the restart");
+    let restore = assigned_to_running(&a, "0_0").await;
     println!("assigned to running: {restore:?}");
     assert_eq!(
         a.metrics().restored_records,
@@ -513,14 +491,26 @@ async fn a_restore_does_not_wait_behind_the_previous_stores_long_poll() {
         streams_config(&kit, "wc", "a", dir.path(), &props),
     )
     .await;
-    let monitor = a.task_monitor();
-    let mut restore = None;
+    let restore = assigned_to_running(&a, "0_0").await;
+    println!("assigned to running: {restore:?}");
+    assert_eq!(a.metrics().restored_records, 2, "one tail record per store");
+    assert!(
+        restore < Duration::from_millis(500),
+        "the restore waited {restore:?} (fetch.max.wait.ms 2000)"
+    );
+    a.close(Duration::from_secs(30)).await.unwrap();
+}
+
+/// How long `task` took from its assignment as an active to running on
+/// `instance` (polled every 5 ms of virtual time, for at most 100 s).
+async fn assigned_to_running(instance: &weir_streams::KafkaStreams, task: &str) -> Duration {
+    let monitor = instance.task_monitor();
     for _ in 0..20_000 {
         tokio::time::sleep(Duration::from_millis(5)).await;
         let Some(t) = monitor
             .tasks()
             .into_iter()
-            .find(|t| t.id.to_string() == "0_0")
+            .find(|t| t.id.to_string() == task)
         else {
             continue;
         };
@@ -531,16 +521,8 @@ async fn a_restore_does_not_wait_behind_the_previous_stores_long_poll() {
                 .rfind(|o| o.role == Role::Active)
                 .unwrap()
                 .acquired_at;
-            restore = Some(acquired.elapsed());
-            break;
+            return acquired.elapsed();
         }
     }
-    let restore = restore.expect("task 0_0 running after the restart");
-    println!("assigned to running: {restore:?}");
-    assert_eq!(a.metrics().restored_records, 2, "one tail record per store");
-    assert!(
-        restore < Duration::from_millis(500),
-        "the restore waited {restore:?} (fetch.max.wait.ms 2000)"
-    );
-    a.close(Duration::from_secs(30)).await.unwrap();
+    panic!("task {task} running after the restart");
 }
