@@ -64,12 +64,12 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
 use tokio::sync::mpsc;
 use weir_client::config::producer::ProducerConfig;
 use weir_client::producer::{DeliveryFuture, Producer, ProducerRecord};
+use weir_integration::eos::visible_records;
 use weir_integration::word_count::topology;
-use weir_protocol::records::{ControlKind, DecodeOptions, Record as LogRecord, decode_batches};
+use weir_protocol::records::{ControlKind, DecodeOptions, decode_batches};
 use weir_streams::runtime::State;
 use weir_streams::{KafkaStreams, StreamsConfig};
 use weir_testkit::Cluster;
@@ -448,47 +448,6 @@ async fn retained(kit: &Cluster) -> Result<(u64, u64), BoxError> {
                 })
         })
         .await?)
-}
-
-/// The committed records of a raw log, in offset order: those of
-/// non-transactional batches, and those of transactional ones followed by
-/// their producer's commit marker (aborted and open ones left out). The
-/// same reading as `weir-integration`'s `eos::visible_records`.
-fn visible_records(log: &Bytes) -> Result<Vec<LogRecord>, String> {
-    let decoded = decode_batches(log, &DecodeOptions::default())
-        .map_err(|e| format!("the log does not decode: {e}"))?;
-    if decoded.truncated_tail {
-        return Err("the log ends inside a batch".to_owned());
-    }
-    let mut visible = Vec::new();
-    let mut pending: BTreeMap<i64, Vec<LogRecord>> = BTreeMap::new();
-    for batch in decoded.batches {
-        let h = batch.header;
-        if h.is_control() {
-            let kind = batch
-                .control()
-                .map(|c| c.kind)
-                .ok_or_else(|| format!("control batch at {} without a key", h.base_offset))?;
-            match kind {
-                ControlKind::Commit => {
-                    visible.extend(pending.remove(&h.producer_id).unwrap_or_default())
-                }
-                ControlKind::Abort => {
-                    pending.remove(&h.producer_id);
-                }
-                ControlKind::Unknown(_) => {}
-            }
-        } else if h.is_transactional() {
-            pending
-                .entry(h.producer_id)
-                .or_default()
-                .extend(batch.records);
-        } else {
-            visible.extend(batch.records);
-        }
-    }
-    visible.sort_by_key(|r| r.offset);
-    Ok(visible)
 }
 
 /// Per word, its committed output counts in offset order.
