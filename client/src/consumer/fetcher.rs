@@ -284,6 +284,9 @@ impl Consumer {
                             &aborted,
                         );
                         if let Some(next) = out.next_offset {
+                            if next > fetch_offset {
+                                self.positions_moved += 1;
+                            }
                             self.assignment
                                 .insert(tp.clone(), Position::At(next.max(fetch_offset)));
                         }
@@ -316,10 +319,12 @@ impl Consumer {
                     codes::OFFSET_OUT_OF_RANGE => match self.options.auto_offset_reset {
                         AutoOffsetReset::Earliest => {
                             tracing::info!(%tp, fetch_offset, "offset out of range; resetting to earliest");
+                            self.positions_moved += 1;
                             self.assignment.insert(tp, Position::Seek(SeekTo::Earliest));
                         }
                         AutoOffsetReset::Latest => {
                             tracing::info!(%tp, fetch_offset, "offset out of range; resetting to latest");
+                            self.positions_moved += 1;
                             self.assignment.insert(tp, Position::Seek(SeekTo::Latest));
                         }
                         AutoOffsetReset::None => {

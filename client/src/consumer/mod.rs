@@ -104,6 +104,9 @@ pub struct Consumer {
     /// Brokers to leave alone until then, after a failed fetch.
     backoff_until: HashMap<BrokerId, (Instant, u32)>,
     buffer: RecordBuffer,
+    /// How many times a fetch response has moved a partition's position
+    /// (for [`poll_for_progress`](Self::poll_for_progress)).
+    positions_moved: u64,
 }
 
 impl Consumer {
@@ -127,6 +130,7 @@ impl Consumer {
             fetching_from: HashSet::new(),
             backoff_until: HashMap::new(),
             buffer: RecordBuffer::default(),
+            positions_moved: 0,
         }
     }
 
@@ -246,24 +250,14 @@ impl Consumer {
                 continue;
             }
             if let Some(done) = self.in_flight.join_next().await {
-                let before: Option<Vec<(TopicPartition, Position)>> = on_progress.then(|| {
-                    self.assignment
-                        .iter()
-                        .map(|(tp, p)| (tp.clone(), *p))
-                        .collect()
-                });
+                let moved_before = self.positions_moved;
                 match done {
                     Ok(fetch) => self.handle_fetch(fetch)?,
                     Err(e) => tracing::warn!(error = %e, "fetch task failed"),
                 }
                 // Prefetch: the next Fetch goes out before the records are returned.
                 self.start_fetches().await;
-                if let Some(before) = before
-                    && self.buffer.is_empty()
-                    && before
-                        .iter()
-                        .any(|(tp, p)| self.assignment.get(tp) != Some(p))
-                {
+                if on_progress && self.buffer.is_empty() && self.positions_moved != moved_before {
                     return Ok(Vec::new());
                 }
             }
