@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use weir_protocol::{ApiKey, ProtocolError};
 
-use crate::kerror::KafkaCode;
+use crate::kerror::{KafkaCode, codes};
 
 /// The result type of this crate.
 pub type Result<T, E = ClientError> = std::result::Result<T, E>;
@@ -453,7 +453,10 @@ impl ClientError {
     /// ```
     pub fn is_stale_membership(&self) -> bool {
         match self {
-            ClientError::Server { code, .. } => matches!(code.code, 22 | 25 | 82), // see kerror
+            ClientError::Server { code, .. } => matches!(
+                code.code,
+                codes::ILLEGAL_GENERATION | codes::UNKNOWN_MEMBER_ID | codes::FENCED_INSTANCE_ID
+            ),
             ClientError::NoGroupGeneration { .. } => true,
             ClientError::Transaction { source, .. } => source.is_stale_membership(),
             ClientError::RetriesExhausted { last, .. } => last.is_stale_membership(),
