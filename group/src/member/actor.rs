@@ -326,6 +326,16 @@ impl Membership {
         // partitions kept keeps being renewed and they are processed
         // throughout, as KIP-429 intends. They stop when the JoinGroup is
         // answered.
+        // The commits holding a permit finish first (bounded): one that
+        // read this generation and reached the coordinator after the
+        // JoinGroup's answer would be refused though nothing moved
+        // (`Lease::commit_permit`). The old generation's heartbeats go on
+        // meanwhile (cooperative), so the lease stays renewed.
+        let wait = self.config.lease_span() / 2;
+        let rebalancing = RebalanceMark(Arc::clone(&self.shared));
+        if !self.shared.begin_rebalance(wait).await {
+            tracing::warn!(group = %self.config.group_id, waited = ?wait, "commits still in flight: joining without waiting for them");
+        }
         let coordinator = match self.coordinator().await {
             Ok(c) => c,
             Err(flow) => return flow,
@@ -353,6 +363,7 @@ impl Membership {
         .await;
         self.stop_heartbeat();
         self.shared.joining.store(false, Ordering::Release);
+        drop(rebalancing);
         let joined = match joined {
             Ok(j) => j,
             Err(e) => return self.on_client_error("JoinGroup", &e),
@@ -650,4 +661,14 @@ fn decode_assignment(bytes: &[u8]) -> Result<(BTreeSet<TopicPartition>, Option<b
         })
         .collect();
     Ok((partitions, assignment.user_data))
+}
+
+/// Hands out commit permits again when dropped: once the JoinGroup is
+/// answered, and on every early return (or a join dropped by a close).
+struct RebalanceMark(Arc<Shared>);
+
+impl Drop for RebalanceMark {
+    fn drop(&mut self) {
+        self.0.end_rebalance();
+    }
 }

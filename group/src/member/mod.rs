@@ -41,7 +41,7 @@ use weir_client::transaction::TransactionalProducer;
 pub use self::config::MemberConfig;
 pub(crate) use self::requests::{client_error, s};
 use self::state::Shared;
-pub use self::state::{GroupMetadata, Lease};
+pub use self::state::{CommitPermit, GroupMetadata, Lease, NoPermit};
 use crate::assignor::TopicPartition;
 use crate::{GroupError, Result};
 

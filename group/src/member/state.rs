@@ -94,6 +94,11 @@ pub(crate) struct Identity {
     /// (the request whose answer granted it was sent).
     pub lease_suspended_base: Duration,
     pub last_poll: Instant,
+    /// The member is about to send (or is sending) a JoinGroup: no new
+    /// [`CommitPermit`] is handed out until it is answered.
+    pub rebalancing: bool,
+    /// [`CommitPermit`]s held now.
+    pub commits_in_flight: usize,
 }
 
 impl Identity {
@@ -179,6 +184,8 @@ pub(crate) struct Shared {
     pub joining: AtomicBool,
     /// Time spent suspended, counted against lease deadlines.
     pub clock: SuspendClock,
+    /// Woken when the last [`CommitPermit`] is dropped.
+    pub commits_done: Notify,
 }
 
 impl Shared {
@@ -202,11 +209,14 @@ impl Shared {
                 lease_term: 0,
                 lease_suspended_base: Duration::ZERO,
                 last_poll: Instant::now(),
+                rebalancing: false,
+                commits_in_flight: 0,
             }),
             in_poll: AtomicBool::new(false),
             polled: Notify::new(),
             joining: AtomicBool::new(false),
             clock,
+            commits_done: Notify::new(),
         })
     }
 
@@ -321,6 +331,34 @@ impl Shared {
         std::mem::take(&mut id.owned)
     }
 
+    /// Marks a rebalance as starting (no new [`CommitPermit`]s), then
+    /// waits until the permits already held are dropped, or `limit` passed;
+    /// true if they were. See [`Lease::commit_permit`] for why.
+    pub(crate) async fn begin_rebalance(&self, limit: Duration) -> bool {
+        let deadline = Instant::now() + limit;
+        loop {
+            let notified = self.commits_done.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            {
+                let mut id = self.lock();
+                id.rebalancing = true;
+                if id.commits_in_flight == 0 {
+                    return true;
+                }
+            }
+            if tokio::time::timeout_at(deadline, notified).await.is_err() {
+                return false;
+            }
+        }
+    }
+
+    /// The JoinGroup was answered (or failed): permits are handed out
+    /// again, under whatever generation the member now holds.
+    pub(crate) fn end_rebalance(&self) {
+        self.lock().rebalancing = false;
+    }
+
     pub(crate) fn polled_since(&self, limit: std::time::Duration) -> bool {
         self.in_poll.load(Ordering::Acquire) || self.lock().last_poll.elapsed() <= limit
     }
@@ -409,6 +447,99 @@ impl Lease {
     }
 }
 
+/// Why [`Lease::commit_permit`] handed out no permit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NoPermit {
+    /// The lease ended (or the member has no generation): nothing may be
+    /// committed; drop the uncommitted work.
+    LeaseEnded,
+    /// The member is rejoining the group (a JoinGroup is about to be sent
+    /// or is in flight): postpone the commit until it is answered; the
+    /// partitions are still the member's.
+    Rebalancing,
+}
+
+/// Leave to commit under one generation: while it is held the member sends
+/// no JoinGroup (up to a bound), so the generation in
+/// [`metadata`](Self::metadata) cannot be replaced by the member's own
+/// rejoin before the commit's offsets reach the coordinator. Drop it as
+/// soon as the commit's offsets are answered.
+#[derive(Debug)]
+pub struct CommitPermit {
+    shared: Arc<Shared>,
+    metadata: GroupMetadata,
+}
+
+impl CommitPermit {
+    /// The group metadata the commit must carry, read when the permit was
+    /// given.
+    pub fn metadata(&self) -> &GroupMetadata {
+        &self.metadata
+    }
+}
+
+impl Drop for CommitPermit {
+    fn drop(&mut self) {
+        let last = {
+            let mut id = self.shared.lock();
+            id.commits_in_flight = id.commits_in_flight.saturating_sub(1);
+            id.commits_in_flight == 0
+        };
+        if last {
+            self.shared.commits_done.notify_waiters();
+        }
+    }
+}
+
+impl Lease {
+    /// A permit to commit now under the lease's generation, or why not.
+    ///
+    /// Prevents: an owner's commit refused although it keeps its
+    /// partitions. Under cooperative rebalancing a member keeps its
+    /// partitions through a rebalance, but a commit that read generation N
+    /// and reaches the coordinator after the rebalance completed (the
+    /// member's own JoinGroup answered with N+1) is refused with
+    /// `ILLEGAL_GENERATION`, and a refused TxnOffsetCommit leaves its
+    /// transaction abortable: the work in it is lost. Kafka's consumer
+    /// cannot race like this, because the thread that commits is the one
+    /// that sends the JoinGroup; here the membership task sends it, so it
+    /// waits for the permits held, and no permit is given while a JoinGroup
+    /// is pending ([`NoPermit::Rebalancing`]: postpone, as Kafka Streams
+    /// postpones commits during a rebalance). A commit under a permit is
+    /// then refused only when the member really is out of the group
+    /// (expelled: `UNKNOWN_MEMBER_ID`), or when a commit outlasted the
+    /// member's bounded wait.
+    ///
+    /// # Errors
+    /// [`NoPermit::LeaseEnded`] once the lease ended; [`NoPermit::Rebalancing`]
+    /// while the member is rejoining.
+    pub fn commit_permit(&self) -> std::result::Result<CommitPermit, NoPermit> {
+        let mut id = self.shared.lock();
+        let valid = id
+            .effective_lease_until(&self.shared.clock)
+            .is_some_and(|until| Instant::now() < until)
+            && id.generation != NO_GENERATION;
+        if !valid {
+            return Err(NoPermit::LeaseEnded);
+        }
+        if id.rebalancing {
+            return Err(NoPermit::Rebalancing);
+        }
+        id.commits_in_flight += 1;
+        let metadata = GroupMetadata {
+            group_id: self.shared.group_id.clone(),
+            generation: id.generation,
+            member_id: id.member_id.clone(),
+            instance_id: self.shared.instance_id.clone(),
+        };
+        drop(id);
+        Ok(CommitPermit {
+            shared: Arc::clone(&self.shared),
+            metadata,
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::time::Duration;
@@ -472,6 +603,44 @@ mod tests {
         // (and, counting the suspend, would not have reached so far).
         shared.extend_lease(4, start + Duration::from_secs(10), Duration::from_secs(5));
         assert_eq!(shared.lease_deadline(), Some(sent + Duration::from_secs(8)));
+    }
+
+    /// Issue 15: a rejoin waits for the commits holding a permit, and no
+    /// permit is given while it is pending, so a commit never reads a
+    /// generation the member's own JoinGroup then replaces.
+    #[tokio::test(start_paused = true)]
+    async fn a_rejoin_waits_for_the_commits_in_flight_and_postpones_new_ones() {
+        let shared = Shared::new("g".to_owned(), None);
+        shared.lock().generation = 4;
+        shared.extend_lease(4, Instant::now() + Duration::from_secs(8), Duration::ZERO);
+        let lease = Lease {
+            shared: Arc::clone(&shared),
+        };
+        let permit = lease.commit_permit().unwrap();
+        assert_eq!(permit.metadata().generation, 4);
+        let joining = {
+            let shared = Arc::clone(&shared);
+            tokio::spawn(async move { shared.begin_rebalance(Duration::from_secs(4)).await })
+        };
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert!(!joining.is_finished(), "the join waits for the permit held");
+        assert_eq!(lease.commit_permit().unwrap_err(), NoPermit::Rebalancing);
+        drop(permit);
+        assert!(joining.await.unwrap(), "the permit was dropped in time");
+        assert_eq!(lease.commit_permit().unwrap_err(), NoPermit::Rebalancing);
+        // The JoinGroup answered with generation 5: permits again, of 5.
+        shared.lock().generation = 5;
+        shared.extend_lease(5, Instant::now() + Duration::from_secs(8), Duration::ZERO);
+        shared.end_rebalance();
+        assert_eq!(lease.commit_permit().unwrap().metadata().generation, 5);
+        // A commit that never ends does not hold the join back for good.
+        let stuck = lease.commit_permit().unwrap();
+        assert!(!shared.begin_rebalance(Duration::from_secs(1)).await);
+        drop(stuck);
+        // The lease ended: no permit, whatever else.
+        shared.end_rebalance();
+        assert!(shared.end_generation(5));
+        assert_eq!(lease.commit_permit().unwrap_err(), NoPermit::LeaseEnded);
     }
 
     #[test]

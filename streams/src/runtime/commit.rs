@@ -87,8 +87,23 @@ fn offsets_refused(
 
 /// The metadata commits carry: the lease's generation and member id, or
 /// `None` once the lease ended (then nothing may be committed).
-pub(crate) fn group_metadata(rt: &Runtime) -> Option<GroupMetadata> {
-    rt.lease.metadata().map(GroupMetadata::from)
+///
+/// `held`: the metadata of the commit's permit (`Lease::commit_permit`),
+/// whose generation the whole commit must keep. The lease is read again
+/// at every offset commit (the self-fencing check), and a generation that
+/// changed since the permit was given (the member was expelled and
+/// rejoined while the commit ran) is refused: committing the older work
+/// under the newer generation could commit input another member processed
+/// meanwhile.
+pub(crate) fn group_metadata(
+    rt: &Runtime,
+    held: Option<&weir_group::member::GroupMetadata>,
+) -> Option<GroupMetadata> {
+    let now = rt.lease.metadata()?;
+    match held {
+        Some(h) if *h != now => None,
+        _ => Some(GroupMetadata::from(now)),
+    }
 }
 
 /// Waits for the changelog records' acks and returns, per changelog
@@ -157,6 +172,7 @@ async fn commit_store(
 /// transaction (changelog + input offsets), then its store.
 pub(crate) async fn commit_alos(
     rt: &Runtime,
+    held: Option<&weir_group::member::GroupMetadata>,
     producer: &Producer,
     tasks: &mut BTreeMap<TaskId, Active>,
     output_acks: &mut Vec<Ack>,
@@ -173,11 +189,14 @@ pub(crate) async fn commit_alos(
     let mut unfenced: Vec<(weir_group::assignor::TopicPartition, i64)> = Vec::new();
     let mut unfenced_stores = Vec::new();
     for (id, task) in tasks.iter_mut().filter(|(_, t)| t.dirty) {
-        let Some(meta) = group_metadata(rt) else {
-            return Err(migrated(id, "the membership lease ended before the commit"));
-        };
         let inputs = input_offsets(task);
         let changelog = changelog_offsets(*id, std::mem::take(&mut task.changelog_acks)).await?;
+        let Some(meta) = group_metadata(rt, held) else {
+            return Err(migrated(
+                id,
+                "the membership lease ended (or its generation changed) before the commit",
+            ));
+        };
         match (&task.fence, &task.store) {
             (Some(fence), Some(store)) => {
                 let txn = |e| StreamsError::client(format!("task {id}: committing"), e);
@@ -207,9 +226,13 @@ pub(crate) async fn commit_alos(
         task.dirty = false;
     }
     if !unfenced.is_empty() {
-        let Some(meta) = rt.lease.metadata() else {
-            return Err(migrated("unfenced tasks", "the membership lease ended"));
+        let Some(meta) = group_metadata(rt, held) else {
+            return Err(migrated(
+                "unfenced tasks",
+                "the membership lease ended (or its generation changed)",
+            ));
         };
+        let meta = weir_group::member::GroupMetadata::from(meta);
         weir_group::offsets::commit(&rt.cluster, &meta, &unfenced)
             .await
             .map_err(|e| StreamsError::group("committing offsets", e))?;
@@ -224,18 +247,13 @@ pub(crate) async fn commit_alos(
 /// the stores.
 pub(crate) async fn commit_eos(
     rt: &Runtime,
+    held: Option<&weir_group::member::GroupMetadata>,
     txn: &TransactionalProducer,
     tasks: &mut BTreeMap<TaskId, Active>,
 ) -> Result<()> {
     if !tasks.values().any(|t| t.dirty) {
         return Ok(());
     }
-    let Some(meta) = group_metadata(rt) else {
-        return Err(migrated(
-            "all",
-            "the membership lease ended before the commit",
-        ));
-    };
     let mut per_task = Vec::new();
     let mut all_inputs = BTreeMap::new();
     for (id, task) in tasks.iter_mut().filter(|(_, t)| t.dirty) {
@@ -245,6 +263,12 @@ pub(crate) async fn commit_eos(
         per_task.push((*id, changelog, inputs));
     }
     let err = |e| StreamsError::client("committing the transaction", e);
+    let Some(meta) = group_metadata(rt, held) else {
+        return Err(migrated(
+            "all",
+            "the membership lease ended (or its generation changed) before the commit",
+        ));
+    };
     txn.send_offsets_to_transaction(&all_inputs, &meta)
         .await
         .map_err(|e| offsets_refused("all", "committing the transaction".into(), e))?;

@@ -14,6 +14,7 @@ use weir_client::consumer::{Consumer, ConsumerRecord, SeekTo, TopicPartition};
 use weir_client::producer::{Producer, ProducerRecord, SendGate};
 use weir_client::transaction::{TransactionConfig, TransactionalProducer, fetch_stable_offsets};
 use weir_group::assignor::TopicPartition as GroupPartition;
+use weir_group::member::NoPermit;
 
 use super::Runtime;
 use super::commit::{self, Ack, Active, Producers};
@@ -604,28 +605,62 @@ impl Worker {
     /// while handling an assignment event (a revocation, a shutdown), so
     /// every loss of an older generation has reached this worker already.
     async fn commit(&mut self, instructed: bool) -> Result<()> {
-        self.last_commit = Instant::now();
         if self.tasks.values().all(|t| !t.dirty) {
+            self.last_commit = Instant::now();
             return Ok(());
         }
         if !self.writable() {
+            self.last_commit = Instant::now();
             self.suspend_all("the membership lease ended before the commit")
                 .await;
             return Ok(());
         }
-        if !instructed && !self.confirmed() {
+        // The commit's generation, held for the commit (issue 15): while
+        // the permit is held the member sends no JoinGroup, so a task this
+        // member keeps through a rebalance is never refused with
+        // ILLEGAL_GENERATION for a commit that read the old generation and
+        // arrived after the new one began; that refusal made its
+        // transaction abortable and the task, which never moved, dropped
+        // its work and reprocessed it. While the member is rejoining no
+        // permit is given: an interval commit is postponed to the next
+        // round of the loop (not a whole interval) and the uncommitted work
+        // is kept, then committed under the new generation once the
+        // instance has handled its assignment (`confirmed`, below). The
+        // work of a task that was lost or revoked in between never gets
+        // there: `Lose` drops it and `Revoke` commits it before the new
+        // generation is confirmed. An instructed commit (revoke, shutdown)
+        // does not wait: without a permit it commits as before, and a
+        // refusal drops its work.
+        let permit = match self.rt.lease.commit_permit() {
+            Ok(p) => Some(p),
+            Err(NoPermit::Rebalancing) if !instructed => {
+                tracing::debug!("commit postponed: the member is rejoining the group");
+                return Ok(());
+            }
+            Err(NoPermit::Rebalancing) => None,
+            Err(NoPermit::LeaseEnded) => {
+                self.last_commit = Instant::now();
+                self.suspend_all("the membership lease ended before the commit")
+                    .await;
+                return Ok(());
+            }
+        };
+        let confirmed = self.rt.confirmed_generation.load(Ordering::Acquire);
+        if !instructed && permit.as_ref().map(|p| p.metadata().generation) != Some(confirmed) {
             // The lease is of a generation whose assignment the instance has
             // not handled yet: the member may have lost its partitions and
             // rejoined since this work's input was read, and the losses of
             // the older generation reach this worker (as `Lose`) before the
             // newer one is confirmed. Committing now, with the new
             // generation's metadata, could commit input another member has
-            // processed meanwhile; the commit waits for the next tick.
+            // processed meanwhile; the commit waits for the next round.
             tracing::debug!(
                 "commit deferred: the current generation's assignment is not handled yet"
             );
             return Ok(());
         }
+        self.last_commit = Instant::now();
+        let generation = permit.as_ref().map(|p| p.metadata().clone());
         let started = tokio::time::Instant::now();
         // Held-back records (the DSL's record caches) go out with this
         // commit.
@@ -644,14 +679,22 @@ impl Worker {
         let rt = Arc::clone(&self.rt);
         let result = match self.producers.as_ref() {
             Some(Producers::AtLeastOnce(p)) => {
-                commit::commit_alos(&rt, p, &mut self.tasks, &mut self.output_acks).await
+                commit::commit_alos(
+                    &rt,
+                    generation.as_ref(),
+                    p,
+                    &mut self.tasks,
+                    &mut self.output_acks,
+                )
+                .await
             }
             Some(Producers::ExactlyOnce(txn)) => {
                 self.output_acks.clear();
-                commit::commit_eos(&rt, txn, &mut self.tasks).await
+                commit::commit_eos(&rt, generation.as_ref(), txn, &mut self.tasks).await
             }
             None => Ok(()),
         };
+        drop(permit);
         match result {
             Ok(()) => {
                 rt.counters.commits.fetch_add(1, Ordering::Relaxed);
