@@ -330,10 +330,15 @@ impl Membership {
         // read this generation and reached the coordinator after the
         // JoinGroup's answer would be refused though nothing moved
         // (`Lease::commit_permit`). The old generation's heartbeats go on
-        // meanwhile (cooperative), so the lease stays renewed.
-        let wait = self.config.lease_span() / 2;
+        // meanwhile (cooperative), so the lease stays renewed. Without a
+        // generation there is nothing to wait for: every commit is refused.
+        let wait = if has_generation {
+            self.config.lease_span() / 2
+        } else {
+            Duration::ZERO
+        };
         let rebalancing = RebalanceMark(Arc::clone(&self.shared));
-        if !self.shared.begin_rebalance(wait).await {
+        if !self.shared.begin_rebalance(wait).await && has_generation {
             tracing::warn!(group = %self.config.group_id, waited = ?wait, "commits still in flight: joining without waiting for them");
         }
         let coordinator = match self.coordinator().await {

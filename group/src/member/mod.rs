@@ -274,6 +274,8 @@ impl GroupMember {
     /// transaction begins and abort instead of calling this once it closed
     /// (a gate never reopens under a later lease); weir-streams waits until
     /// its instance has handled the new generation's assignment instead.
+    /// A commit racing the member's own rejoin (refused though the member
+    /// keeps its partitions) is avoided with [`Lease::commit_permit`].
     /// `integration/tests/eos_group_checker.rs` has the failing case
     /// (ignored).
     ///
