@@ -7,6 +7,7 @@
 //! its records and frees them when it is dropped.
 
 use std::collections::VecDeque;
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -15,6 +16,7 @@ use tokio::sync::{OwnedSemaphorePermit, oneshot};
 use tokio::time::Instant;
 use weir_protocol::records::{BatchHeader, RecordInput};
 
+use super::group::GroupShared;
 use super::record::{RecordMetadata, SendGate, TopicPartition};
 use super::sequence::SequenceTag;
 use crate::Result;
@@ -42,29 +44,71 @@ pub fn record_size_upper_bound(record: &RecordInput) -> usize {
         + headers
 }
 
-/// Runs with a record's outcome before its future sees it, on the
-/// producer's own task: how the transactional producer counts its records
-/// without a task per record.
-pub type DeliveryHook = Box<dyn FnOnce(&Result<RecordMetadata>) + Send>;
-
 /// Where one record's result goes.
 pub struct Delivery {
     /// Receives the outcome.
     pub tx: Option<oneshot::Sender<Result<RecordMetadata>>>,
-    /// Sees the outcome first, if set.
-    pub hook: Option<DeliveryHook>,
+    /// Tallies that count the record (a caller's [`DeliveryGroup`], a
+    /// transaction's), at most two.
+    ///
+    /// [`DeliveryGroup`]: super::DeliveryGroup
+    pub(crate) groups: [Option<Arc<GroupShared>>; 2],
     /// The record's timestamp, reported back unless the broker stamps
     /// append time.
     pub timestamp: i64,
 }
 
 impl Delivery {
-    /// Hands `result` to the hook, then to the record's future (which the
-    /// caller may have dropped: nothing to tell then).
-    pub fn complete(mut self, result: Result<RecordMetadata>) {
-        if let Some(hook) = self.hook.take() {
-            hook(&result);
+    /// A delivery to a record's future.
+    pub fn to_future(tx: oneshot::Sender<Result<RecordMetadata>>, timestamp: i64) -> Self {
+        Delivery {
+            tx: Some(tx),
+            groups: [None, None],
+            timestamp,
         }
+    }
+
+    /// Whether someone wants the record's own metadata (its future), not
+    /// just a tally.
+    fn wants_metadata(&self) -> bool {
+        self.tx.is_some()
+    }
+
+    /// The record was written at `offset` of `tp`; `append_time` is the
+    /// broker's timestamp for `LogAppendTime` topics, else negative.
+    pub fn written(mut self, tp: &TopicPartition, offset: i64, append_time: i64) {
+        for group in self.groups.iter_mut().filter_map(Option::take) {
+            group.written(tp, offset);
+        }
+        if self.wants_metadata() {
+            let timestamp = if append_time >= 0 {
+                append_time
+            } else {
+                self.timestamp
+            };
+            self.complete(Ok(RecordMetadata {
+                topic: tp.topic.clone(),
+                partition: tp.partition,
+                offset,
+                timestamp,
+            }));
+        }
+    }
+
+    /// The record failed: each of its receivers gets a copy of the error.
+    pub fn failed(mut self, error: &dyn Fn() -> crate::ClientError) {
+        for group in self.groups.iter_mut().filter_map(Option::take) {
+            group.failed(error());
+        }
+        if self.wants_metadata() {
+            self.complete(Err(error()));
+        }
+    }
+
+    /// Hands `result` to the record's future (which the caller may have
+    /// dropped: nothing to tell then). Groups are settled by
+    /// [`written`](Self::written) and [`failed`](Self::failed).
+    fn complete(mut self, result: Result<RecordMetadata>) {
         if let Some(tx) = self.tx.take() {
             let _ = tx.send(result);
         }
@@ -73,10 +117,11 @@ impl Delivery {
 
 impl Drop for Delivery {
     /// A record dropped unanswered (the producer went away) still reaches
-    /// its hook, as a closed producer, so nothing waits for it for ever.
+    /// its groups, as a closed producer, so nothing waits for it for ever.
+    /// (Its future sees the channel closed, also as a closed producer.)
     fn drop(&mut self) {
-        if let Some(hook) = self.hook.take() {
-            hook(&Err(crate::ClientError::Closed));
+        for group in self.groups.iter_mut().filter_map(Option::take) {
+            group.failed(crate::ClientError::Closed);
         }
     }
 }
@@ -85,7 +130,7 @@ impl std::fmt::Debug for Delivery {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Delivery")
             .field("timestamp", &self.timestamp)
-            .field("hook", &self.hook.is_some())
+            .field("groups", &self.groups.iter().flatten().count())
             .finish_non_exhaustive()
     }
 }
@@ -160,7 +205,7 @@ impl ProducerBatch {
     /// Fails every record with a copy of `error`.
     pub fn fail(self, error: impl Fn() -> crate::ClientError) {
         for d in self.deliveries {
-            d.complete(Err(error()));
+            d.failed(&error);
         }
     }
 }
@@ -247,7 +292,12 @@ impl Accumulator {
         now: Instant,
     ) -> Appended {
         let size = record_size_upper_bound(&record);
-        let queue = self.queues.entry(tp.clone()).or_default();
+        // A lookup first: the entry API would copy the topic name for every
+        // record.
+        let queue = match self.queues.get_index_of(tp) {
+            Some(i) => &mut self.queues[i],
+            None => self.queues.entry(tp.clone()).or_default(),
+        };
         let mut outcome = Appended::Joined;
         let open = matches!(queue.back(), Some(b) if !b.closed && Self::fits(&self.rules, b, size, gate.as_ref()));
         if !open {
@@ -398,43 +448,34 @@ mod tests {
 
     fn delivery() -> (Delivery, oneshot::Receiver<Result<RecordMetadata>>) {
         let (tx, rx) = oneshot::channel();
-        (
-            Delivery {
-                tx: Some(tx),
-                hook: None,
-                timestamp: 0,
-            },
-            rx,
-        )
+        (Delivery::to_future(tx, 0), rx)
     }
 
     fn append(acc: &mut Accumulator, tp: &TopicPartition, len: usize, now: Instant) -> Appended {
         acc.append(tp, record(len), delivery().0, None, None, now)
     }
 
-    #[test]
-    fn a_hook_sees_the_outcome_once_and_a_dropped_delivery_as_closed() {
-        use std::sync::{Arc, Mutex};
-        let seen: Arc<Mutex<Vec<bool>>> = Arc::default();
-        let hooked = |seen: &Arc<Mutex<Vec<bool>>>| {
-            let seen = Arc::clone(seen);
+    #[tokio::test]
+    async fn a_group_counts_the_outcome_once_and_a_dropped_delivery_as_closed() {
+        let group = super::super::DeliveryGroup::new();
+        let grouped = || {
             let (mut d, rx) = delivery();
-            d.hook = Some(Box::new(move |r: &Result<RecordMetadata>| {
-                seen.lock().unwrap().push(r.is_ok());
-            }));
+            group.admit(1);
+            d.groups[0] = Some(group.shared());
             (d, rx)
         };
-        let (d, mut rx) = hooked(&seen);
-        d.complete(Ok(RecordMetadata {
-            topic: "t".into(),
-            partition: 0,
-            offset: 7,
-            timestamp: 0,
-        }));
+        let (d, mut rx) = grouped();
+        d.written(&TopicPartition::new("t", 0), 7, -1);
         assert_eq!(rx.try_recv().unwrap().unwrap().offset, 7);
-        let (d, _rx) = hooked(&seen);
+        assert_eq!(group.pending(), 0);
+        assert_eq!(
+            group.take().unwrap().get(&TopicPartition::new("t", 0)),
+            Some(&8)
+        );
+        let (d, _rx) = grouped();
         drop(d);
-        assert_eq!(*seen.lock().unwrap(), vec![true, false]);
+        assert_eq!(group.pending(), 0);
+        assert!(matches!(group.take(), Err(crate::ClientError::Closed)));
     }
 
     #[test]

@@ -15,6 +15,7 @@
 
 pub mod accumulator;
 mod dispatch;
+mod group;
 pub mod partitioner;
 mod record;
 mod sender;
@@ -32,11 +33,10 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use weir_protocol::records::RecordInput;
 
+pub use group::DeliveryGroup;
 pub use record::{ProducerRecord, RecordMetadata, SendGate, TopicPartition};
 
-use self::accumulator::{
-    Accumulator, Appended, BatchingRules, Delivery, DeliveryHook, record_size_upper_bound,
-};
+use self::accumulator::{Accumulator, Appended, BatchingRules, Delivery, record_size_upper_bound};
 use self::partitioner::{StickyPartitioner, partition_for_key};
 use self::sequence::SequenceBook;
 use crate::cluster::Cluster;
@@ -103,6 +103,13 @@ impl Shared {
     }
 }
 
+/// Who learns a record's outcome: its future, tallies.
+#[derive(Default)]
+pub(crate) struct Receivers {
+    pub(crate) tx: Option<oneshot::Sender<Result<RecordMetadata>>>,
+    pub(crate) groups: [Option<Arc<group::GroupShared>>; 2],
+}
+
 /// Closes the producer when the last handle is dropped.
 struct Handle {
     shared: Arc<Shared>,
@@ -151,6 +158,12 @@ impl std::fmt::Debug for Producer {
 #[derive(Debug)]
 pub struct DeliveryFuture {
     rx: oneshot::Receiver<Result<RecordMetadata>>,
+}
+
+impl DeliveryFuture {
+    pub(crate) fn from_receiver(rx: oneshot::Receiver<Result<RecordMetadata>>) -> Self {
+        DeliveryFuture { rx }
+    }
 }
 
 impl Future for DeliveryFuture {
@@ -297,18 +310,44 @@ impl Producer {
     /// `max.block.ms`, a non-retriable metadata error such as an unknown
     /// topic, or [`ClientError::Closed`].
     pub async fn enqueue(&self, record: ProducerRecord) -> Result<DeliveryFuture> {
-        self.enqueue_with_hook(record, None).await
+        let (tx, rx) = oneshot::channel();
+        self.enqueue_to(
+            record,
+            Receivers {
+                tx: Some(tx),
+                ..Receivers::default()
+            },
+        )
+        .await?;
+        Ok(DeliveryFuture { rx })
     }
 
-    /// [`enqueue`](Self::enqueue), with `hook` run once on the record's
-    /// outcome before its future sees it, also when the record fails or the
-    /// producer goes away. When this returns an error the hook may have run
-    /// with that error, or may be dropped without running.
-    pub(crate) async fn enqueue_with_hook(
+    /// Adds `record` to its partition's batch and counts its outcome in
+    /// `group` instead of a future of its own: the cheap way to send many
+    /// records and wait for all of them ([`DeliveryGroup::wait`]).
+    ///
+    /// # Errors
+    /// As [`enqueue`](Self::enqueue); a record refused here is not counted
+    /// in `group`.
+    pub async fn enqueue_into(&self, record: ProducerRecord, group: &DeliveryGroup) -> Result<()> {
+        self.enqueue_to(
+            record,
+            Receivers {
+                groups: [Some(group.shared()), None],
+                ..Receivers::default()
+            },
+        )
+        .await
+    }
+
+    /// Appends `record` with its outcome going to `receivers`. Its groups
+    /// count it as pending from the moment it is in its batch; a record
+    /// refused before that is in none of them.
+    pub(crate) async fn enqueue_to(
         &self,
         record: ProducerRecord,
-        hook: Option<DeliveryHook>,
-    ) -> Result<DeliveryFuture> {
+        receivers: Receivers,
+    ) -> Result<()> {
         let shared = &self.handle.shared;
         if shared.closed.load(Ordering::Acquire) {
             return Err(ClientError::Closed);
@@ -396,12 +435,7 @@ impl Producer {
                 })
                 .unwrap_or_default()
         };
-        let (tx, rx) = oneshot::channel();
-        let delivery = Delivery {
-            tx: Some(tx),
-            hook,
-            timestamp: input.timestamp,
-        };
+        let Receivers { tx, groups } = receivers;
         let wake = {
             let mut state = shared.lock();
             // Checked again under the lock: the sender exits only when it
@@ -434,6 +468,14 @@ impl Producer {
             };
             let tp = TopicPartition::new(record.topic, partition);
             shared.pending.fetch_add(1, Ordering::AcqRel);
+            for group in groups.iter().flatten() {
+                group.admit(1);
+            }
+            let delivery = Delivery {
+                tx,
+                groups,
+                timestamp: input.timestamp,
+            };
             let appended =
                 state
                     .acc
@@ -447,7 +489,7 @@ impl Producer {
         if wake {
             shared.wake.notify_one();
         }
-        Ok(DeliveryFuture { rx })
+        Ok(())
     }
 
     /// Sends every buffered record now, ignoring `linger.ms`, and waits

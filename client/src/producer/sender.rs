@@ -25,7 +25,6 @@ use weir_protocol::records::{BatchBuilder, BatchOptions};
 
 use super::accumulator::ProducerBatch;
 use super::dispatch::Ticket;
-use super::record::RecordMetadata;
 use super::sequence::{DUPLICATE_SEQUENCE_NUMBER, FailureAction};
 use super::{Identity, Shared};
 use crate::ClientError;
@@ -613,20 +612,13 @@ fn finish(
     let n = batch.record_count();
     let tp = batch.tp;
     for (i, delivery) in batch.deliveries.into_iter().enumerate() {
-        let result = match outcome {
-            Ok((base, append_time)) => Ok(RecordMetadata {
-                topic: tp.topic.clone(),
-                partition: tp.partition,
-                offset: if base < 0 { -1 } else { base + i as i64 },
-                timestamp: if append_time >= 0 {
-                    append_time
-                } else {
-                    delivery.timestamp
-                },
-            }),
-            Err(make) => Err(make()),
-        };
-        delivery.complete(result);
+        match outcome {
+            Ok((base, append_time)) => {
+                let offset = if base < 0 { -1 } else { base + i as i64 };
+                delivery.written(&tp, offset, append_time);
+            }
+            Err(make) => delivery.failed(make),
+        }
     }
     // Dropping the batch returns its buffer.memory.
     drop(batch.memory);

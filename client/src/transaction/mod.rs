@@ -52,7 +52,10 @@ use crate::cluster::Cluster;
 use crate::config::producer::{ProducerConfig, ProducerOptions};
 use crate::kerror::codes;
 use crate::producer::partitioner::partition_for_key;
-use crate::producer::{Producer, ProducerRecord, RecordMetadata, TopicPartition};
+use crate::producer::{
+    DeliveryFuture, DeliveryGroup, Producer, ProducerRecord, Receivers, RecordMetadata,
+    TopicPartition,
+};
 use crate::{ClientError, Result};
 
 /// `transactional.id` and `transaction.timeout.ms`.
@@ -330,13 +333,13 @@ impl TransactionalProducer {
 
     /// Refuses `operation` unless a transaction is open, and counts it as
     /// pending until its outcome is known (or it fails before enqueueing).
-    fn admit(&self, operation: &'static str) -> Result<state::Admission> {
+    fn admit(&self, operation: &'static str, count: usize) -> Result<state::Admission> {
         let p = self.lock();
         if p.state != TransactionState::InTransaction {
             drop(p);
             return Err(self.refuse(operation));
         }
-        Ok(state::Admission::new(Arc::clone(&p.outcome)))
+        Ok(state::Admission::new(Arc::clone(&p.outcome), count))
     }
 
     fn require_open(&self, operation: &'static str) -> Result<()> {
@@ -370,31 +373,18 @@ impl TransactionalProducer {
     /// As [`send`](Self::send).
     pub async fn enqueue(
         &self,
-        mut record: ProducerRecord,
+        record: ProducerRecord,
     ) -> Result<impl std::future::Future<Output = Result<RecordMetadata>> + use<>> {
-        // Admitted (counted as pending) in the same step as the state
-        // check: `commit` or `abort`, which start by leaving
-        // InTransaction, then wait for every admitted record. Without
-        // this a send checked before the commit began could produce after
-        // the commit had stopped waiting: outside the transaction, with the
-        // coordinator left holding an open one.
-        let admitted = self.admit("send")?;
-        let partition = match record.partition {
-            Some(p) => p,
-            None => self.choose_partition(&record).await?,
-        };
-        record.partition = Some(partition);
-        let tp = TopicPartition::new(record.topic.clone(), partition);
-        self.ensure_in_transaction(&tp).await?;
-        // The outcome is recorded for `commit` by the producer's own task
-        // when the broker answers, even if the caller drops the future.
-        let hook: crate::producer::accumulator::DeliveryHook =
-            Box::new(move |result| admitted.into_delivery().record(result));
-        let delivery = self
-            .producer
-            .enqueue_with_hook(record, Some(hook))
-            .await
-            .map_err(|e| self.fail("send", e))?;
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        self.enqueue_to(
+            record,
+            Receivers {
+                tx: Some(tx),
+                ..Receivers::default()
+            },
+        )
+        .await?;
+        let delivery = DeliveryFuture::from_receiver(rx);
         let id = self.config.transactional_id.clone();
         Ok(async move {
             delivery.await.map_err(|e| ClientError::Transaction {
@@ -404,6 +394,51 @@ impl TransactionalProducer {
                 source: Box::new(e),
             })
         })
+    }
+
+    /// Like [`enqueue`](Self::enqueue), but counts the record's outcome in
+    /// `group` instead of a future of its own (see
+    /// [`Producer::enqueue_into`]). A failure in the tally is the
+    /// producer's error for that record; [`commit`](Self::commit) refuses
+    /// to commit after one either way.
+    ///
+    /// # Errors
+    /// As [`send`](Self::send); a record refused here is not counted in
+    /// `group`.
+    pub async fn enqueue_into(&self, record: ProducerRecord, group: &DeliveryGroup) -> Result<()> {
+        self.enqueue_to(
+            record,
+            Receivers {
+                groups: [None, Some(group.shared())],
+                ..Receivers::default()
+            },
+        )
+        .await
+    }
+
+    async fn enqueue_to(&self, mut record: ProducerRecord, mut receivers: Receivers) -> Result<()> {
+        // Admitted (counted as pending) in the same step as the state
+        // check: `commit` or `abort`, which start by leaving
+        // InTransaction, then wait for every admitted record. Without
+        // this a send checked before the commit began could produce after
+        // the commit had stopped waiting: outside the transaction, with the
+        // coordinator left holding an open one.
+        let admitted = self.admit("send", 1)?;
+        let partition = match record.partition {
+            Some(p) => p,
+            None => self.choose_partition(&record).await?,
+        };
+        record.partition = Some(partition);
+        let tp = TopicPartition::new(record.topic.clone(), partition);
+        self.ensure_in_transaction(&tp).await?;
+        // The transaction's own tally counts the record for `commit`, even
+        // if the caller drops its future; the producer counts it there
+        // before the admission lets go.
+        receivers.groups[0] = Some(admitted.group().shared());
+        self.producer
+            .enqueue_to(record, receivers)
+            .await
+            .map_err(|e| self.fail("send", e))
     }
 
     async fn choose_partition(&self, record: &ProducerRecord) -> Result<i32> {

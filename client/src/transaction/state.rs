@@ -1,15 +1,11 @@
 //! Where a transactional producer stands, and what each state refuses.
 
 use std::collections::{BTreeSet, HashSet};
-use std::sync::Mutex;
-use std::sync::atomic::{AtomicUsize, Ordering};
-
-use tokio::sync::Notify;
 use weir_protocol::ApiKey;
 
 use super::errors::{TransactionErrorClass, classify};
 use crate::ClientError;
-use crate::producer::{RecordMetadata, TopicPartition};
+use crate::producer::{DeliveryGroup, TopicPartition};
 
 /// The state machine of a [`TransactionalProducer`](super::TransactionalProducer).
 ///
@@ -86,88 +82,52 @@ pub(super) fn refusal(
     }
 }
 
-/// The outcome of the current transaction's records.
+/// The outcome of the current transaction's records: a tally every record
+/// of the transaction is counted in.
 #[derive(Debug, Default)]
 pub(super) struct Outcome {
-    /// Records whose outcome is not known yet.
-    pub pending: AtomicUsize,
-    settled: Notify,
-    /// The first failure: its class and Kafka code.
-    failure: Mutex<Option<(TransactionErrorClass, Option<i16>)>>,
+    pub group: DeliveryGroup,
 }
 
 impl Outcome {
-    pub fn record(&self, result: &crate::Result<RecordMetadata>) {
-        if let Err(e) = result {
-            let mut f = self.failure.lock().unwrap_or_else(|e| e.into_inner());
-            if f.is_none() {
-                *f = Some((classify(e).for_record(), e.kafka_code().map(|c| c.code)));
-            }
-        }
-        if self.pending.fetch_sub(1, Ordering::AcqRel) == 1 {
-            self.settled.notify_waiters();
-        }
-    }
-
-    /// One admitted record gave up before it was enqueued: it has no
-    /// outcome to record.
-    fn release(&self) {
-        if self.pending.fetch_sub(1, Ordering::AcqRel) == 1 {
-            self.settled.notify_waiters();
-        }
-    }
-
     pub async fn wait_settled(&self) {
-        loop {
-            let settled = self.settled.notified();
-            tokio::pin!(settled);
-            settled.as_mut().enable();
-            if self.pending.load(Ordering::Acquire) == 0 {
-                return;
-            }
-            settled.await;
-        }
+        self.group.settled().await;
     }
 
+    /// The first failure: its class and Kafka code.
     pub fn first_failure(&self) -> Option<(TransactionErrorClass, Option<i16>)> {
-        *self.failure.lock().unwrap_or_else(|e| e.into_inner())
+        self.group
+            .with_failure(|e| (classify(e).for_record(), e.kafka_code().map(|c| c.code)))
     }
 }
 
-/// A send admitted into the open transaction: counted as pending in
-/// [`Outcome`] from its admission, so a commit that begins meanwhile waits
-/// for it. Dropped before [`into_delivery`](Self::into_delivery) (the send
-/// failed before its record was enqueued), it releases the count.
+/// Sends admitted into the open transaction: counted as pending in
+/// [`Outcome`] from their admission, so a commit that begins meanwhile waits
+/// for them. The producer counts each record again when it takes it; the
+/// admission's count goes when it is dropped.
 #[derive(Debug)]
 pub(super) struct Admission {
     outcome: std::sync::Arc<Outcome>,
-    /// Whether dropping this still owes the count back.
-    armed: bool,
+    count: usize,
 }
 
 impl Admission {
-    /// Counts one more pending record; call with the progress lock held.
-    pub fn new(outcome: std::sync::Arc<Outcome>) -> Self {
-        outcome.pending.fetch_add(1, Ordering::AcqRel);
-        Admission {
-            outcome,
-            armed: true,
-        }
+    /// Counts `count` more pending records; call with the progress lock
+    /// held.
+    pub fn new(outcome: std::sync::Arc<Outcome>, count: usize) -> Self {
+        outcome.group.admit(count);
+        Admission { outcome, count }
     }
 
-    /// The record was enqueued: its delivery task now owns the count and
-    /// settles it with [`Outcome::record`].
-    pub fn into_delivery(mut self) -> std::sync::Arc<Outcome> {
-        self.armed = false;
-        std::sync::Arc::clone(&self.outcome)
+    /// The tally the admitted records go to.
+    pub fn group(&self) -> &DeliveryGroup {
+        &self.outcome.group
     }
 }
 
 impl Drop for Admission {
     fn drop(&mut self) {
-        if self.armed {
-            self.outcome.release();
-        }
+        self.outcome.group.release(self.count);
     }
 }
 

@@ -1,0 +1,131 @@
+//! `DeliveryGroup`: many records' outcomes as one tally, for the plain
+//! producer and inside a transaction.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod txn_support;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use txn_support::{all_values, client, producer, read_committed, testkit};
+use weir_client::ClientError;
+use weir_client::config::producer::ProducerOptions;
+use weir_client::producer::{DeliveryGroup, Producer, ProducerRecord, TopicPartition};
+use weir_client::transaction::{TransactionConfig, TransactionErrorClass, TransactionState};
+
+#[tokio::test(start_paused = true)]
+async fn a_group_gives_each_partitions_end_once_every_record_is_written() {
+    let kit = testkit(3, &["out"]).await;
+    let producer = Producer::with_cluster(
+        client(&kit, "grouped").await,
+        ProducerOptions {
+            linger: Duration::from_millis(5),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let group = DeliveryGroup::new();
+    let mut per_partition: BTreeMap<i32, i64> = BTreeMap::new();
+    for i in 0..300i32 {
+        let p = i % 3;
+        *per_partition.entry(p).or_default() += 1;
+        producer
+            .enqueue_into(
+                ProducerRecord::new("out")
+                    .with_partition(p)
+                    .with_value(format!("v{i}")),
+                &group,
+            )
+            .await
+            .unwrap();
+    }
+    assert!(
+        group.pending() > 0,
+        "nothing can be acknowledged before the linger"
+    );
+    producer.flush().await;
+    let ends = group.wait().await.unwrap();
+    let want: BTreeMap<TopicPartition, i64> = per_partition
+        .into_iter()
+        .map(|(p, n)| (TopicPartition::new("out", p), n))
+        .collect();
+    assert_eq!(ends, want);
+    assert_eq!(group.pending(), 0);
+    // The tally was taken: a second take starts empty.
+    assert!(group.take().unwrap().is_empty());
+
+    // A record refused before it is enqueued is not counted.
+    let err = producer
+        .enqueue_into(
+            ProducerRecord::new("out")
+                .with_partition(7)
+                .with_value("nowhere"),
+            &group,
+        )
+        .await
+        .unwrap_err();
+    assert!(matches!(err, ClientError::Server { .. }), "{err}");
+    assert_eq!(group.pending(), 0);
+    assert!(group.wait().await.unwrap().is_empty());
+}
+
+/// A record of the transaction that fails reaches the caller's tally, and
+/// the commit refuses as it does for a record sent with `send`.
+#[tokio::test(start_paused = true)]
+async fn a_failed_record_in_the_tally_stops_the_commit() {
+    use weir_protocol::ApiKey;
+    use weir_testkit::faults::{Intercept, InterceptAction, RequestMatcher};
+    const INVALID_TXN_STATE: i16 = 48;
+
+    let kit = testkit(1, &["out"]).await;
+    let p = producer(&kit, "grouped-txn", TransactionConfig::new("tx-grouped")).await;
+    p.begin().unwrap();
+    kit.intercept(
+        Intercept::new(
+            RequestMatcher::api(ApiKey::Produce).client("grouped-txn"),
+            InterceptAction::Error(INVALID_TXN_STATE),
+        )
+        .times(1),
+    )
+    .await
+    .unwrap();
+    let group = DeliveryGroup::new();
+    p.enqueue_into(ProducerRecord::new("out").with_value("refused"), &group)
+        .await
+        .unwrap();
+    let err = group.wait().await.unwrap_err();
+    assert_eq!(
+        err.kafka_code().map(|c| c.code),
+        Some(INVALID_TXN_STATE),
+        "{err}"
+    );
+    let commit = p.commit().await.unwrap_err();
+    assert_eq!(
+        commit.transaction_class(),
+        Some(TransactionErrorClass::Abortable),
+        "{commit}"
+    );
+    p.abort().await.unwrap();
+    assert_eq!(p.state(), TransactionState::Ready);
+
+    p.begin().unwrap();
+    for i in 0..5 {
+        p.enqueue_into(
+            ProducerRecord::new("out").with_value(format!("n{i}")),
+            &group,
+        )
+        .await
+        .unwrap();
+    }
+    p.commit().await.unwrap();
+    // The commit waited for every record: the tally is settled.
+    assert_eq!(group.pending(), 0);
+    let ends = group.take().unwrap();
+    let end = ends[&TopicPartition::new("out", 0)];
+    assert!(end >= 5, "{ends:?}");
+    assert_eq!(
+        all_values(&read_committed(&kit, "out", 1).await),
+        ["n0", "n1", "n2", "n3", "n4"]
+    );
+}
