@@ -40,8 +40,30 @@ impl Processor<String, ()> for Count {
 /// # Errors
 /// The topology's validation errors (none for valid topic names).
 pub fn topology(input: &str, output: &str) -> weir_streams::Result<Topology> {
+    build(input, output, false)
+}
+
+/// [`topology`] with caching on for the store
+/// ([`TopologyBuilder::with_caching`]): the same outputs, one changelog
+/// record per word per commit instead of one per input.
+///
+/// ```
+/// let topology = weir_integration::word_count::topology_cached("words", "counts-out").unwrap();
+/// assert!(topology.stores().all(|s| s.caching));
+/// ```
+///
+/// # Errors
+/// As [`topology`].
+pub fn topology_cached(input: &str, output: &str) -> weir_streams::Result<Topology> {
+    build(input, output, true)
+}
+
+fn build(input: &str, output: &str, caching: bool) -> weir_streams::Result<Topology> {
     let mut b = TopologyBuilder::new();
     let counts = b.kv_store::<String, u64>("counts");
+    if caching {
+        b.with_caching("counts");
+    }
     let words = b.source::<String, ()>("words", &[input]);
     let store = counts.clone();
     let counted = b.processor("count", &[&words], move || Count(store.clone()), &[&counts]);

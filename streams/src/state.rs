@@ -15,14 +15,131 @@ use crate::error::{ProcessError, SerdeError};
 use crate::record::OutputRecord;
 use crate::serde::Serde;
 
-/// The changelog records a task's stores have queued since the last commit.
-pub(crate) type ChangelogQueue = Arc<Mutex<Vec<OutputRecord>>>;
+/// The changelog records a task's stores have queued since they were last
+/// taken.
+pub(crate) type ChangelogQueue = Arc<Mutex<ChangelogBuffer>>;
 
-pub(crate) fn push_changelog(queue: &ChangelogQueue, record: OutputRecord) {
-    queue
-        .lock()
-        .unwrap_or_else(PoisonError::into_inner)
-        .push(record);
+/// A task's pending changelog records.
+///
+/// A store with caching on ([`crate::TopologyBuilder::with_caching`],
+/// Kafka Streams' `withCachingEnabled`) and `cache.max.bytes.buffering` > 0
+/// logs one record per key between two commits: its latest value and
+/// timestamp, sent at the commit (or sooner, once the task's pending
+/// records pass `cache.max.bytes.buffering`). A key written a thousand times
+/// between two commits costs one changelog record, not a thousand. The
+/// changelog is compacted and a restore applies a key's last value either
+/// way, so the restored store is the same; and nothing is exposed by the
+/// wait, since the store applies its staged writes only at the commit,
+/// after their changelog records are written. Every other store logs each
+/// write, in order, sent with the records it was written for.
+#[derive(Debug, Default)]
+pub(crate) struct ChangelogBuffer {
+    /// Each logged store's changelog topic, partition, and whether its
+    /// writes coalesce, by slot.
+    targets: Vec<(String, i32, bool)>,
+    /// Coalescing stores: the latest value and timestamp per (slot, key),
+    /// in first-write order.
+    latest: indexmap::IndexMap<(usize, Vec<u8>), Pending>,
+    /// Key and value bytes in `latest`.
+    latest_bytes: usize,
+    /// Other stores: every write, in order.
+    all: Vec<(usize, Vec<u8>, Pending)>,
+    /// `cache.max.bytes.buffering` > 0: caching stores coalesce.
+    enabled: bool,
+}
+
+/// A pending change's value (`None`: a tombstone) and timestamp.
+type Pending = (Option<Vec<u8>>, i64);
+
+impl ChangelogBuffer {
+    /// `enabled`: `cache.max.bytes.buffering` > 0.
+    pub(crate) fn new(enabled: bool) -> Self {
+        ChangelogBuffer {
+            enabled,
+            ..Self::default()
+        }
+    }
+
+    /// Registers a store's changelog partition; returns its slot.
+    pub(crate) fn target(&mut self, topic: String, partition: i32, caching: bool) -> usize {
+        self.targets
+            .push((topic, partition, caching && self.enabled));
+        self.targets.len() - 1
+    }
+
+    fn push(&mut self, slot: usize, key: Vec<u8>, value: Option<Vec<u8>>, timestamp: i64) {
+        let coalesce = self.targets.get(slot).is_some_and(|t| t.2);
+        if !coalesce {
+            self.all.push((slot, key, (value, timestamp)));
+            return;
+        }
+        let len = |v: &Option<Vec<u8>>| v.as_ref().map_or(0, Vec::len);
+        match self.latest.entry((slot, key)) {
+            indexmap::map::Entry::Occupied(mut entry) => {
+                self.latest_bytes = self.latest_bytes - len(&entry.get().0) + len(&value);
+                *entry.get_mut() = (value, timestamp);
+            }
+            indexmap::map::Entry::Vacant(entry) => {
+                self.latest_bytes += entry.key().1.len() + len(&value);
+                entry.insert((value, timestamp));
+            }
+        }
+    }
+
+    /// Whether nothing is pending.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.latest.is_empty() && self.all.is_empty()
+    }
+
+    /// Takes every pending record.
+    pub(crate) fn take(&mut self) -> Vec<OutputRecord> {
+        let mut out = self.take_all();
+        out.extend(self.take_latest());
+        out
+    }
+
+    /// Takes the records due before the commit: every write of a store
+    /// without caching, and the coalesced ones once they hold more than
+    /// `limit` bytes.
+    pub(crate) fn take_due(&mut self, limit: usize) -> Vec<OutputRecord> {
+        let mut out = self.take_all();
+        if self.latest_bytes > limit {
+            out.extend(self.take_latest());
+        }
+        out
+    }
+
+    fn record(&self, slot: usize, key: Vec<u8>, (value, timestamp): Pending) -> OutputRecord {
+        let (topic, partition) = self
+            .targets
+            .get(slot)
+            .map(|(t, p, _)| (t.clone(), *p))
+            .unwrap_or_default();
+        OutputRecord {
+            topic,
+            partition: Some(partition),
+            key: Some(key),
+            value,
+            timestamp,
+            headers: Vec::new(),
+        }
+    }
+
+    fn take_all(&mut self) -> Vec<OutputRecord> {
+        let all = std::mem::take(&mut self.all);
+        all.into_iter()
+            .map(|(slot, key, pending)| self.record(slot, key, pending))
+            .collect()
+    }
+
+    fn take_latest(&mut self) -> Vec<OutputRecord> {
+        self.latest_bytes = 0;
+        let latest = std::mem::take(&mut self.latest);
+        latest
+            .into_iter()
+            .map(|((slot, key), pending)| self.record(slot, key, pending))
+            .collect()
+    }
 }
 
 /// What kind of store a name refers to.
@@ -54,6 +171,9 @@ pub struct StoreSpec {
     /// [`crate::TopologyBuilder::in_memory`]); by default they are in the
     /// task's fjall database on disk.
     pub in_memory: bool,
+    /// Whether its changelog records coalesce per key until the commit
+    /// (see [`crate::TopologyBuilder::with_caching`]).
+    pub caching: bool,
     /// Key serde name (for describe()).
     pub key_serde: &'static str,
     /// Value serde name (for describe()).
@@ -184,27 +304,20 @@ impl<K, V> std::fmt::Debug for WindowStoreRef<K, V> {
     }
 }
 
-/// Where a store's changes are logged: its changelog topic and the task's partition.
+/// Where a store's changes are logged: its slot (changelog topic and the
+/// task's partition) in the task's changelog buffer.
 #[derive(Debug, Clone)]
 pub(crate) struct ChangelogTarget {
-    pub(crate) topic: String,
-    pub(crate) partition: i32,
+    pub(crate) slot: usize,
     pub(crate) queue: ChangelogQueue,
 }
 
 impl ChangelogTarget {
     fn log(&self, key: Vec<u8>, value: Option<Vec<u8>>, timestamp: i64) {
-        push_changelog(
-            &self.queue,
-            OutputRecord {
-                topic: self.topic.clone(),
-                partition: Some(self.partition),
-                key: Some(key),
-                value,
-                timestamp,
-                headers: Vec::new(),
-            },
-        );
+        self.queue
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(self.slot, key, value, timestamp);
     }
 }
 

@@ -19,8 +19,8 @@ use crate::processor::{PunctuationType, ScheduleId};
 use crate::record::{OutputRecord, RawRecord, RecordMetadata};
 use crate::serde::Serde;
 use crate::state::{
-    ChangelogQueue, ChangelogTarget, KvStore, KvStoreRef, StoreSpec, StoreType, WindowStore,
-    WindowStoreRef,
+    ChangelogBuffer, ChangelogQueue, ChangelogTarget, KvStore, KvStoreRef, StoreSpec, StoreType,
+    WindowStore, WindowStoreRef,
 };
 use crate::topology::{NodeKind, Topology};
 
@@ -245,7 +245,12 @@ impl StreamTask {
         store: Option<&weir_store::TaskStore>,
     ) -> Result<StreamTask, StreamsError> {
         let sub = topology.subtopology(id.subtopology)?;
-        let changelog: ChangelogQueue = ChangelogQueue::default();
+        let cache_max_bytes = topology
+            .cache_max_bytes
+            .load(std::sync::atomic::Ordering::Relaxed);
+        let changelog: ChangelogQueue = Arc::new(std::sync::Mutex::new(ChangelogBuffer::new(
+            cache_max_bytes > 0,
+        )));
         let partition = i32::try_from(id.partition).map_err(|_| {
             StreamsError::InvalidTopology(format!("task {id}: partition out of range"))
         })?;
@@ -300,9 +305,7 @@ impl StreamTask {
                 wall_clock_ms: 0,
                 schedules: Vec::new(),
                 globals: Arc::clone(&topology.global_handles),
-                cache_max_bytes: topology
-                    .cache_max_bytes
-                    .load(std::sync::atomic::Ordering::Relaxed),
+                cache_max_bytes,
             },
             nodes,
             sources,
@@ -520,15 +523,30 @@ impl StreamTask {
         std::mem::take(&mut self.core.outputs)
     }
 
-    /// Takes the changelog records written since the last call.
+    /// Takes the changelog records written since the last call (with
+    /// coalescing, each store key's latest write).
     pub fn take_changelog(&mut self) -> Vec<OutputRecord> {
-        std::mem::take(
-            &mut *self
-                .core
-                .changelog
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner),
-        )
+        self.changelog_buffer().take()
+    }
+
+    /// Takes the changelog records due before the commit: every write of a
+    /// store without caching; a caching store's (one per key) only once the
+    /// task's pending ones hold more than `cache.max.bytes.buffering` bytes.
+    pub fn take_changelog_due(&mut self) -> Vec<OutputRecord> {
+        let limit = usize::try_from(self.core.cache_max_bytes).unwrap_or(usize::MAX);
+        self.changelog_buffer().take_due(limit)
+    }
+
+    /// Whether changelog records are pending.
+    pub fn has_changelog(&self) -> bool {
+        !self.changelog_buffer().is_empty()
+    }
+
+    fn changelog_buffer(&self) -> std::sync::MutexGuard<'_, ChangelogBuffer> {
+        self.core
+            .changelog
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// The next offset to commit per input topic (this task's partition),
@@ -592,8 +610,14 @@ fn open_store(
     };
     // A source table's store writes no changelog: its input topic is one.
     let changelog = (spec.logged && spec.source_topic.is_none()).then(|| ChangelogTarget {
-        topic: spec.changelog_topic(application_id),
-        partition,
+        slot: queue
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .target(
+                spec.changelog_topic(application_id),
+                partition,
+                spec.caching,
+            ),
         queue: Arc::clone(queue),
     });
     Ok(StoreSlot { store, changelog })

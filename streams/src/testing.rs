@@ -90,6 +90,38 @@ impl TopologyTestDriver {
     ///
     /// A store that cannot be created, or a processor whose `init` fails.
     pub fn new(topology: Topology, application_id: &str) -> Result<Self> {
+        Self::with_cache_max_bytes(
+            topology,
+            application_id,
+            crate::topology::DEFAULT_CACHE_MAX_BYTES,
+        )
+    }
+
+    /// [`new`](Self::new) with `cache.max.bytes.buffering` set: 0 turns
+    /// the DSL's record caches off and logs every store write to the
+    /// changelog on its own (by default a key's writes between two commits
+    /// are one changelog record).
+    ///
+    /// ```
+    /// # use weir_streams::testing::TopologyTestDriver;
+    /// # use weir_streams::TopologyBuilder;
+    /// # let mut b = TopologyBuilder::new();
+    /// # let _ = b.source::<String, String>("in", &["words"]);
+    /// let driver = TopologyTestDriver::with_cache_max_bytes(b.build()?, "app", 0)?;
+    /// # Ok::<(), weir_streams::StreamsError>(())
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// As [`new`](Self::new).
+    pub fn with_cache_max_bytes(
+        topology: Topology,
+        application_id: &str,
+        cache_max_bytes: u64,
+    ) -> Result<Self> {
+        topology
+            .cache_max_bytes
+            .store(cache_max_bytes, std::sync::atomic::Ordering::Relaxed);
         let dir = tempfile::tempdir().map_err(io("temporary state directory"))?;
         // Global stores first, as an instance bootstraps them before its
         // tasks start: one partition, 0, per global topic.

@@ -81,7 +81,35 @@ fn word_count_with_an_in_memory_store() {
         d.kv_store::<String, u64>("counts").unwrap(),
         vec![("kafka".to_string(), 1), ("rust".to_string(), 2)]
     );
-    assert_eq!(d.changelog("counts").len(), 3);
+    assert_eq!(d.changelog("counts").len(), 3, "every write logged");
+
+    // With caching on, one changelog record per key written since the last
+    // commit (the driver commits after each input record): rust=2 replaced
+    // rust=1. Off again with `cache.max.bytes.buffering=0`.
+    for (cache, want) in [(1024 * 1024, 2), (0, 3)] {
+        let mut b = TopologyBuilder::new();
+        let counts = b.kv_store::<String, u64>("counts");
+        b.with_caching("counts");
+        let lines = b.source::<(), String>("lines", &["text"]);
+        let words = b.processor("split", &[&lines], || Split, &[]);
+        let c = counts.clone();
+        let counted = b.processor("count", &[&words], move || Count(c.clone()), &[&counts]);
+        b.sink("out", &[&counted], "word-counts");
+        let mut d =
+            TopologyTestDriver::with_cache_max_bytes(b.build().unwrap(), "wc", cache).unwrap();
+        d.pipe("text", &(), &"rust kafka rust".to_string(), 10)
+            .unwrap();
+        let changelog = d.changelog("counts");
+        assert_eq!(changelog.len(), want, "cache.max.bytes.buffering={cache}");
+        if cache > 0 {
+            assert_eq!(changelog[0].key.as_deref(), Some(&b"rust"[..]));
+            assert_eq!(changelog[0].value.as_deref(), Some(&2u64.to_be_bytes()[..]));
+        }
+        assert_eq!(
+            d.kv_store::<String, u64>("counts").unwrap(),
+            vec![("kafka".to_string(), 1), ("rust".to_string(), 2)]
+        );
+    }
 
     let mut b = TopologyBuilder::new();
     b.in_memory("nope");

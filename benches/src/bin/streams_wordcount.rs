@@ -20,12 +20,18 @@
 //!   the two at-least-once runs.
 //! - **exactly-once v2**: the same, `processing.guarantee=exactly_once_v2`,
 //!   commits every 100 ms (Kafka Streams' default under exactly-once).
+//! - **at-least-once / exactly-once, uncached**: the same two without
+//!   caching on the store, so every input writes a changelog record (the
+//!   kinds above log each word's last count once per commit; the outputs
+//!   are the same).
 //!
 //! A streams run is timed from `start` until the output topic's last stable
 //! offsets sum to `RECORDS` (a record per input record), so it includes the
 //! group join and the first restore of empty stores. Every run is printed;
 //! the figure is the median of each ratio to the raw run of the same round.
 //! The three kinds run in a different order each round.
+//! `WEIR_BENCH_KINDS=alos` (a comma list of `raw`, `alos`, `alos-unfenced`,
+//! `eos`) runs only some kinds, to profile one.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -34,7 +40,7 @@ use weir_client::config::consumer::ConsumerConfig;
 use weir_client::config::producer::ProducerConfig;
 use weir_client::consumer::{Consumer, SeekTo, TopicPartition};
 use weir_client::producer::{Producer, ProducerRecord};
-use weir_integration::word_count::topology;
+use weir_integration::word_count::{topology, topology_cached};
 use weir_streams::{KafkaStreams, StreamsConfig};
 use weir_testkit::Cluster;
 
@@ -114,15 +120,28 @@ async fn raw(bootstrap: &str, output: &str, records: u64) -> Result<Duration, Bo
     Ok(started.elapsed())
 }
 
+/// One streams configuration of the bench.
+#[derive(Clone, Copy)]
+struct Run {
+    guarantee: &'static str,
+    commit_ms: &'static str,
+    unfenced: bool,
+    cached: bool,
+}
+
 async fn streams(
     kit: &Cluster,
     output: &str,
     records: u64,
-    guarantee: &str,
-    commit_ms: &str,
-    unfenced: bool,
+    run: Run,
     state_dir: &std::path::Path,
 ) -> Result<Duration, BoxError> {
+    let Run {
+        guarantee,
+        commit_ms,
+        unfenced,
+        cached,
+    } = run;
     let bootstrap = kit.bootstrap();
     let dir = state_dir.display().to_string();
     let app = format!("bench-{output}");
@@ -140,7 +159,12 @@ async fn streams(
         config.set("weir.internal.unfenced.changelog", "true")?;
     }
     let started = Instant::now();
-    let instance = KafkaStreams::start(topology(INPUT, output)?, config).await?;
+    let topology = if cached {
+        topology_cached(INPUT, output)?
+    } else {
+        topology(INPUT, output)?
+    };
+    let instance = KafkaStreams::start(topology, config).await?;
     loop {
         let mut done = 0i64;
         for p in 0..PARTITIONS {
@@ -173,6 +197,9 @@ async fn main() -> Result<(), BoxError> {
         .transpose()?
         .unwrap_or(200_000);
     let rounds: usize = args.next().map(|a| a.parse()).transpose()?.unwrap_or(5);
+    // `WEIR_BENCH_KINDS=alos,eos` runs only those kinds (for a profile of
+    // one); the ratios then print as NaN.
+    let only = std::env::var("WEIR_BENCH_KINDS").unwrap_or_default();
     let kit = Cluster::builder().brokers(1).build().await?;
     let bootstrap = kit.bootstrap();
     let none: [(&str, &str); 0] = [];
@@ -182,50 +209,74 @@ async fn main() -> Result<(), BoxError> {
         "streams word count bench: {records} records, {VOCABULARY} words, {PARTITIONS} \
          partitions, one embedded broker; every run, then medians"
     );
-    let (mut alos, mut eos, mut fence) = (Vec::new(), Vec::new(), Vec::new());
+    const KINDS: [&str; 6] = [
+        "raw",
+        "alos",
+        "alos-unfenced",
+        "eos",
+        "alos-uncached",
+        "eos-uncached",
+    ];
+    let mut ratios: [Vec<f64>; 5] = Default::default();
     for round in 0..rounds {
         let mut line = format!("round {round}:");
-        let mut times = [0.0f64; 4];
+        let mut times = [f64::NAN; KINDS.len()];
         // The order turns each round, so drift in the machine favours none.
-        for step in 0..4 {
-            let kind = (round + step) % 4;
-            let name = ["raw", "alos", "alos-unfenced", "eos"][kind];
+        for step in 0..KINDS.len() {
+            let kind = (round + step) % KINDS.len();
+            let name = KINDS[kind];
+            if !only.is_empty() && !only.split(',').any(|k| k == name) {
+                continue;
+            }
             let output = format!("out-{round}-{name}");
             kit.create_topic(&output, PARTITIONS, none).await?;
             let dir = tempfile::tempdir()?;
+            let run = |guarantee, commit_ms, unfenced, cached| Run {
+                guarantee,
+                commit_ms,
+                unfenced,
+                cached,
+            };
+            let (alos, eos) = ("at_least_once", "exactly_once_v2");
             let took = match kind {
                 0 => raw(&bootstrap, &output, records).await?,
-                1 => {
-                    let g = "at_least_once";
-                    streams(&kit, &output, records, g, "30000", false, dir.path()).await?
-                }
-                2 => {
-                    let g = "at_least_once";
-                    streams(&kit, &output, records, g, "30000", true, dir.path()).await?
-                }
-                _ => {
-                    let g = "exactly_once_v2";
-                    streams(&kit, &output, records, g, "100", false, dir.path()).await?
+                k => {
+                    let r = match k {
+                        1 => run(alos, "30000", false, true),
+                        2 => run(alos, "30000", true, true),
+                        3 => run(eos, "100", false, true),
+                        4 => run(alos, "30000", false, false),
+                        _ => run(eos, "100", false, false),
+                    };
+                    streams(&kit, &output, records, r, dir.path()).await?
                 }
             };
             let rate = records as f64 / took.as_secs_f64();
-            line.push_str(&format!("  {name} {took:>8.2?} ({rate:>9.0} rec/s)"));
+            line.push_str(&format!("  {name} {took:>8.2?} ({rate:>8.0}/s)"));
             times[kind] = took.as_secs_f64();
         }
-        let (r_alos, r_eos) = (times[0] / times[1], times[0] / times[3]);
-        let r_fence = times[2] / times[1];
-        println!("{line}  ratios alos {r_alos:.2}x eos {r_eos:.2}x fenced/unfenced {r_fence:.2}x");
-        alos.push(r_alos);
-        eos.push(r_eos);
-        fence.push(r_fence);
+        let round_ratios = [
+            times[0] / times[1],
+            times[0] / times[3],
+            times[0] / times[4],
+            times[0] / times[5],
+            times[2] / times[1],
+        ];
+        println!(
+            "{line}  ratios alos {:.2}x eos {:.2}x, uncached alos {:.2}x eos {:.2}x, \
+             fenced/unfenced {:.2}x",
+            round_ratios[0], round_ratios[1], round_ratios[2], round_ratios[3], round_ratios[4]
+        );
+        for (all, r) in ratios.iter_mut().zip(round_ratios) {
+            all.push(r);
+        }
     }
+    let [alos, eos, alos_uncached, eos_uncached, fence] = ratios.map(median);
     println!(
-        "median throughput ratio to the raw loop: at-least-once {:.2}x (target >= 0.7), \
-         exactly-once v2 {:.2}x (target >= 0.5); the per-task fence's throughput against \
-         an unfenced changelog: {:.2}x",
-        median(alos),
-        median(eos),
-        median(fence)
+        "median throughput ratio to the raw loop: at-least-once {alos:.2}x (target >= 0.7), \
+         exactly-once v2 {eos:.2}x (target >= 0.5); without caching on the store \
+         {alos_uncached:.2}x and {eos_uncached:.2}x; the per-task fence's throughput against \
+         an unfenced changelog: {fence:.2}x"
     );
     Ok(())
 }

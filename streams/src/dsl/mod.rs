@@ -442,5 +442,8 @@ impl Materialized {
         if self.unlogged {
             builder.disable_logging(store);
         }
+        if self.caching {
+            builder.with_caching(store);
+        }
     }
 }

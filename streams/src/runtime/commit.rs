@@ -25,20 +25,15 @@
 //! next start restores the tail.
 
 use std::collections::BTreeMap;
-use std::future::Future;
-use std::pin::Pin;
 
 use weir_client::consumer::TopicPartition;
-use weir_client::producer::{Producer, RecordMetadata};
+use weir_client::producer::{DeliveryGroup, Producer};
 use weir_client::transaction::{GroupMetadata, TransactionalProducer};
 use weir_store::{ChangelogPartition, TaskStore};
 
 use super::Runtime;
 use crate::error::{Result, StreamsError};
 use crate::task::{StreamTask, TaskId};
-
-/// The outcome of one record sent.
-pub(crate) type Ack = Pin<Box<dyn Future<Output = weir_client::Result<RecordMetadata>> + Send>>;
 
 /// A task a worker runs.
 pub(crate) struct Active {
@@ -47,7 +42,8 @@ pub(crate) struct Active {
     pub(crate) inputs: Vec<TopicPartition>,
     /// At-least-once, stateful tasks: the task's changelog fence.
     pub(crate) fence: Option<TransactionalProducer>,
-    pub(crate) changelog_acks: Vec<Ack>,
+    /// The changelog records sent since the last commit.
+    pub(crate) changelog: DeliveryGroup,
     /// Something was processed since the last commit.
     pub(crate) dirty: bool,
 }
@@ -106,23 +102,20 @@ pub(crate) fn group_metadata(
     }
 }
 
-/// Waits for the changelog records' acks and returns, per changelog
-/// partition, the offset after the last record written.
+/// Waits for the changelog records sent since the last commit and returns,
+/// per changelog partition, the offset after the last record written.
 async fn changelog_offsets(
     task: TaskId,
-    acks: Vec<Ack>,
+    changelog: &DeliveryGroup,
 ) -> Result<BTreeMap<ChangelogPartition, i64>> {
-    let mut offsets: BTreeMap<ChangelogPartition, i64> = BTreeMap::new();
-    for ack in acks {
-        let meta = ack
-            .await
-            .map_err(|e| StreamsError::client(format!("task {task}: writing the changelog"), e))?;
-        let next = offsets
-            .entry(ChangelogPartition::new(meta.topic, meta.partition))
-            .or_insert(0);
-        *next = (*next).max(meta.offset + 1);
-    }
-    Ok(offsets)
+    let ends = changelog
+        .wait()
+        .await
+        .map_err(|e| StreamsError::client(format!("task {task}: writing the changelog"), e))?;
+    Ok(ends
+        .into_iter()
+        .map(|(tp, next)| (ChangelogPartition::new(tp.topic, tp.partition), next))
+        .collect())
 }
 
 fn input_offsets(task: &Active) -> BTreeMap<TopicPartition, i64> {
@@ -175,22 +168,20 @@ pub(crate) async fn commit_alos(
     held: Option<&weir_group::member::GroupMetadata>,
     producer: &Producer,
     tasks: &mut BTreeMap<TaskId, Active>,
-    output_acks: &mut Vec<Ack>,
+    outputs: &DeliveryGroup,
 ) -> Result<()> {
     producer.flush().await;
-    for ack in output_acks.drain(..) {
-        ack.await.map_err(|e| match e {
-            e @ weir_client::ClientError::SendGateClosed { .. } => {
-                migrated("outputs", format!("the membership lease ended: {e}"))
-            }
-            e => StreamsError::client("writing outputs", e),
-        })?;
-    }
+    outputs.wait().await.map_err(|e| match e {
+        e @ weir_client::ClientError::SendGateClosed { .. } => {
+            migrated("outputs", format!("the membership lease ended: {e}"))
+        }
+        e => StreamsError::client("writing outputs", e),
+    })?;
     let mut unfenced: Vec<(weir_group::assignor::TopicPartition, i64)> = Vec::new();
     let mut unfenced_stores = Vec::new();
     for (id, task) in tasks.iter_mut().filter(|(_, t)| t.dirty) {
         let inputs = input_offsets(task);
-        let changelog = changelog_offsets(*id, std::mem::take(&mut task.changelog_acks)).await?;
+        let changelog = changelog_offsets(*id, &task.changelog).await?;
         let Some(meta) = group_metadata(rt, held) else {
             return Err(migrated(
                 id,
@@ -257,7 +248,7 @@ pub(crate) async fn commit_eos(
     let mut per_task = Vec::new();
     let mut all_inputs = BTreeMap::new();
     for (id, task) in tasks.iter_mut().filter(|(_, t)| t.dirty) {
-        let changelog = changelog_offsets(*id, std::mem::take(&mut task.changelog_acks)).await?;
+        let changelog = changelog_offsets(*id, &task.changelog).await?;
         let inputs = input_offsets(task);
         all_inputs.extend(inputs.clone());
         per_task.push((*id, changelog, inputs));
@@ -291,7 +282,8 @@ pub(crate) async fn commit_eos(
 /// belongs to a transaction that is aborted here or by the next owner.
 pub(crate) async fn abort_task(id: TaskId, task: &mut Active) {
     task.task.discard_uncommitted();
-    task.changelog_acks.clear();
+    // Records still in flight settle into the dropped tally.
+    task.changelog = DeliveryGroup::new();
     task.dirty = false;
     if let Some(store) = &task.store {
         store.abort();

@@ -11,13 +11,13 @@ use tokio::time::Instant;
 use tracing::Instrument;
 use weir_client::config::consumer::IsolationLevel;
 use weir_client::consumer::{Consumer, ConsumerRecord, SeekTo, TopicPartition};
-use weir_client::producer::{Producer, ProducerRecord, SendGate};
+use weir_client::producer::{DeliveryGroup, Producer, ProducerRecord, SendGate};
 use weir_client::transaction::{TransactionConfig, TransactionalProducer, fetch_stable_offsets};
 use weir_group::assignor::TopicPartition as GroupPartition;
 use weir_group::member::NoPermit;
 
 use super::Runtime;
-use super::commit::{self, Ack, Active, Producers};
+use super::commit::{self, Active, Producers};
 use super::restore::{self, Prepared};
 use crate::config::{DeserializationHandling, ProcessingErrorHandling, ProcessingGuarantee};
 use crate::error::{Result, StreamsError};
@@ -57,7 +57,8 @@ pub(crate) struct Worker {
     /// Tasks whose uncommitted work was dropped while the worker still owns
     /// them: started again from their last commit once writing is allowed.
     revive: BTreeSet<TaskId>,
-    output_acks: Vec<Ack>,
+    /// Outputs and repartition records sent since the last commit.
+    outputs: DeliveryGroup,
     last_commit: Instant,
     /// Records whose processing failed under `processing.exception.handler
     /// = skip`: passed over when the restarted tasks fetch them again.
@@ -158,7 +159,7 @@ impl Worker {
             owned: BTreeMap::new(),
             restoring: BTreeMap::new(),
             revive: BTreeSet::new(),
-            output_acks: Vec::new(),
+            outputs: DeliveryGroup::new(),
             last_commit: Instant::now(),
             skip: BTreeSet::new(),
             output_gate: None,
@@ -320,10 +321,12 @@ impl Worker {
         let mut outputs = Vec::new();
         for (id, active) in &mut self.tasks {
             active.task.punctuate_wall_clock(now)?;
+            // A punctuator's store writes are committed like a record's.
+            active.dirty |= active.task.has_changelog();
             outputs.push((
                 *id,
                 active.task.take_outputs(),
-                active.task.take_changelog(),
+                active.task.take_changelog_due(),
             ));
         }
         self.send(outputs).await?;
@@ -444,7 +447,7 @@ impl Worker {
                 store: prepared.store,
                 inputs,
                 fence: prepared.fence,
-                changelog_acks: Vec::new(),
+                changelog: DeliveryGroup::new(),
                 dirty: false,
             },
         );
@@ -516,7 +519,14 @@ impl Worker {
         .map_err(|e| StreamsError::NotRunning(format!("processing job: {e}")))?;
         let mut outputs = Vec::new();
         for (id, mut active, _) in batch {
-            outputs.push((id, active.task.take_outputs(), active.task.take_changelog()));
+            // A caching store's changelog records wait for the commit (each
+            // key's latest write), unless they outgrow
+            // `cache.max.bytes.buffering`.
+            outputs.push((
+                id,
+                active.task.take_outputs(),
+                active.task.take_changelog_due(),
+            ));
             self.tasks.insert(id, active);
         }
         self.skip = skip;
@@ -561,41 +571,32 @@ impl Worker {
         for (id, outputs, changelog) in written {
             for out in outputs {
                 let record = producer_record(out);
-                let ack: Ack = match producers {
-                    Producers::AtLeastOnce(p) => Box::pin(
-                        p.enqueue(record.with_gate(gate.clone()))
+                match producers {
+                    Producers::AtLeastOnce(p) => {
+                        p.enqueue_into(record.with_gate(gate.clone()), &self.outputs)
                             .await
-                            .map_err(|e| StreamsError::client(format!("task {id}: output"), e))?,
-                    ),
-                    Producers::ExactlyOnce(txn) => Box::pin(
-                        txn.enqueue(record)
-                            .await
-                            .map_err(|e| StreamsError::client(format!("task {id}: output"), e))?,
-                    ),
-                };
-                self.output_acks.push(ack);
+                    }
+                    Producers::ExactlyOnce(txn) => txn.enqueue_into(record, &self.outputs).await,
+                }
+                .map_err(|e| StreamsError::client(format!("task {id}: output"), e))?;
             }
             let Some(active) = self.tasks.get_mut(&id) else {
                 continue;
             };
             for record in changelog {
                 let record = producer_record(record);
-                let err = |e| StreamsError::client(format!("task {id}: changelog"), e);
-                let ack: Ack = match (producers, &active.fence) {
-                    (Producers::ExactlyOnce(txn), _) => {
-                        Box::pin(txn.enqueue(record).await.map_err(err)?)
-                    }
+                let group = &active.changelog;
+                match (producers, &active.fence) {
+                    (Producers::ExactlyOnce(txn), _) => txn.enqueue_into(record, group).await,
                     (Producers::AtLeastOnce(_), Some(fence)) => {
-                        Box::pin(fence.enqueue(record).await.map_err(err)?)
+                        fence.enqueue_into(record, group).await
                     }
                     // The test-only unfenced mode: nothing stops a zombie here.
-                    (Producers::AtLeastOnce(p), None) => Box::pin(
-                        p.enqueue(record.with_gate(gate.clone()))
-                            .await
-                            .map_err(err)?,
-                    ),
-                };
-                active.changelog_acks.push(ack);
+                    (Producers::AtLeastOnce(p), None) => {
+                        p.enqueue_into(record.with_gate(gate.clone()), group).await
+                    }
+                }
+                .map_err(|e| StreamsError::client(format!("task {id}: changelog"), e))?;
             }
         }
         Ok(())
@@ -679,17 +680,12 @@ impl Worker {
         let rt = Arc::clone(&self.rt);
         let result = match self.producers.as_ref() {
             Some(Producers::AtLeastOnce(p)) => {
-                commit::commit_alos(
-                    &rt,
-                    generation.as_ref(),
-                    p,
-                    &mut self.tasks,
-                    &mut self.output_acks,
-                )
-                .await
+                commit::commit_alos(&rt, generation.as_ref(), p, &mut self.tasks, &self.outputs)
+                    .await
             }
             Some(Producers::ExactlyOnce(txn)) => {
-                self.output_acks.clear();
+                // The transaction's commit waits for every output itself.
+                self.outputs = DeliveryGroup::new();
                 commit::commit_eos(&rt, generation.as_ref(), txn, &mut self.tasks).await
             }
             None => Ok(()),
@@ -744,7 +740,9 @@ impl Worker {
                 self.producers = None;
             }
         }
-        self.output_acks.clear();
+        // Records still in flight settle into the dropped tally, never the
+        // next commit's.
+        self.outputs = DeliveryGroup::new();
         let ids: Vec<TaskId> = self.tasks.keys().copied().collect();
         for id in ids {
             if let Some(mut active) = self.tasks.remove(&id) {
@@ -828,7 +826,9 @@ impl Worker {
         {
             self.producers = None;
         }
-        self.output_acks.clear();
+        // Records still in flight settle into the dropped tally, never the
+        // next commit's.
+        self.outputs = DeliveryGroup::new();
         self.reassign_consumer();
     }
 

@@ -453,6 +453,7 @@ impl TopologyBuilder {
             kind: StoreType::KeyValue,
             logged: true,
             in_memory: false,
+            caching: false,
             key_serde: K::NAME,
             value_serde: V::NAME,
             source_topic: None,
@@ -474,6 +475,7 @@ impl TopologyBuilder {
             kind: StoreType::Window { retention, segment },
             logged: true,
             in_memory: false,
+            caching: false,
             key_serde: K::NAME,
             value_serde: V::NAME,
             source_topic: None,
@@ -582,6 +584,33 @@ impl TopologyBuilder {
         match self.stores.get_mut(name) {
             Some(spec) => spec.in_memory = true,
             None => self.errors.push(format!("in_memory: unknown store {name}")),
+        }
+    }
+
+    /// Turns caching on for store `name` (Kafka Streams'
+    /// `withCachingEnabled`): its changelog gets one record per key between
+    /// two commits, the key's latest value, instead of one per write. The
+    /// store reads and writes as before, and records are forwarded as the
+    /// processor forwards them; only the changelog traffic shrinks, by how
+    /// often keys repeat within a commit interval. Off when
+    /// `cache.max.bytes.buffering` is 0; once a task's pending records pass
+    /// that many bytes they are sent before the commit. An unknown name is
+    /// an error at build.
+    ///
+    /// ```
+    /// # use weir_streams::TopologyBuilder;
+    /// let mut b = TopologyBuilder::new();
+    /// let counts = b.kv_store::<String, u64>("counts");
+    /// b.with_caching("counts");
+    /// # let src = b.source::<String, String>("in", &["words"]);
+    /// # let _ = (counts, src);
+    /// ```
+    pub fn with_caching(&mut self, name: &str) {
+        match self.stores.get_mut(name) {
+            Some(spec) => spec.caching = true,
+            None => self
+                .errors
+                .push(format!("with_caching: unknown store {name}")),
         }
     }
 
