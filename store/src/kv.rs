@@ -178,11 +178,15 @@ impl KeyValueStore {
     fn stage(&self, key: &[u8], value: Option<&[u8]>) -> Result<()> {
         check_entry(&self.name, key, value)?;
         let mut state = self.task.state();
-        state
-            .store_mut(&self.name)?
-            .staged
-            .kv
-            .insert(key.to_vec(), value.map(<[u8]>::to_vec));
+        let staged = &mut state.store_mut(&self.name)?.staged.kv;
+        let value = value.map(<[u8]>::to_vec);
+        // A key staged again (a count) keeps its key bytes: no copy.
+        match staged.get_mut(key) {
+            Some(slot) => *slot = value,
+            None => {
+                staged.insert(key.to_vec(), value);
+            }
+        }
         Ok(())
     }
 

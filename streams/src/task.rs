@@ -343,16 +343,17 @@ impl StreamTask {
         index: usize,
         f: impl FnOnce(&mut dyn ErasedNode, NodeEnv<'_>) -> Result<T, ProcessError>,
     ) -> Result<T, StreamsError> {
-        let task = self.id.to_string();
+        // Names for errors only: formatted when one happens, not per record.
+        let task = self.id;
         let Some(slot) = self.nodes.get_mut(index).and_then(Option::as_mut) else {
             return Err(StreamsError::InvalidTopology(format!(
                 "task {task}: node {index} is not in this task"
             )));
         };
-        let name = slot.name.clone();
         let Some(mut node) = slot.node.take() else {
             return Err(StreamsError::InvalidTopology(format!(
-                "task {task}: node {name} is re-entered (a cycle)"
+                "task {task}: node {} is re-entered (a cycle)",
+                slot.name
             )));
         };
         let env = NodeEnv {
@@ -364,8 +365,8 @@ impl StreamTask {
         let result = f(node.as_mut(), env);
         slot.node = Some(node);
         result.map_err(|source| StreamsError::Process {
-            task,
-            node: name,
+            task: task.to_string(),
+            node: slot.name.clone(),
             source,
         })
     }
@@ -433,8 +434,13 @@ impl StreamTask {
                 self.id, record.topic
             )));
         };
-        self.consumed
-            .insert(record.topic.clone(), record.offset.saturating_add(1));
+        let next = record.offset.saturating_add(1);
+        match self.consumed.get_mut(&record.topic) {
+            Some(offset) => *offset = next,
+            None => {
+                self.consumed.insert(record.topic.clone(), next);
+            }
+        }
         let typed = decoder(record)?;
         self.core.current = Some(RecordMetadata {
             topic: record.topic.clone(),
