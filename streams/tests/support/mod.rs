@@ -163,8 +163,21 @@ impl Processor<String, ()> for CountKeys {
 /// One stage: records of `text` keyed by word → count (store `counts`) →
 /// word-counts. Every task is stateful.
 pub fn count_keys() -> Topology {
+    count_keys_with(false)
+}
+
+/// [`count_keys`] with caching on for its store: the changelog gets each
+/// word's last count once per commit.
+pub fn count_keys_cached() -> Topology {
+    count_keys_with(true)
+}
+
+fn count_keys_with(caching: bool) -> Topology {
     let mut b = TopologyBuilder::new();
     let counts = b.kv_store::<String, u64>("counts");
+    if caching {
+        b.with_caching("counts");
+    }
     let words = b.source::<String, ()>("words", &[INPUT]);
     let c = counts.clone();
     let counted = b.processor("count", &[&words], move || CountKeys(c.clone()), &[&counts]);
