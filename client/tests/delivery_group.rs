@@ -129,3 +129,64 @@ async fn a_failed_record_in_the_tally_stops_the_commit() {
         ["n0", "n1", "n2", "n3", "n4"]
     );
 }
+
+/// Many records in one call: in chunks when they outgrow `buffer.memory`,
+/// each partition's records in order, plain and inside a transaction.
+#[tokio::test(start_paused = true)]
+async fn enqueue_all_keeps_each_partitions_order_across_memory_chunks() {
+    let kit = testkit(2, &["out", "txn-out"]).await;
+    let producer = Producer::with_cluster(
+        client(&kit, "all").await,
+        ProducerOptions {
+            linger: Duration::from_millis(5),
+            // Far less than the 400 records of ~1 KiB below: several chunks.
+            buffer_memory: 64 * 1024,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let group = DeliveryGroup::new();
+    let value = |i: usize| format!("{i:04}{}", "x".repeat(1000));
+    let records: Vec<ProducerRecord> = (0..400)
+        .map(|i| {
+            ProducerRecord::new("out")
+                .with_partition((i % 2) as i32)
+                .with_value(value(i))
+        })
+        .collect();
+    producer.enqueue_all_into(records, &group).await.unwrap();
+    producer.flush().await;
+    let ends = group.wait().await.unwrap();
+    assert_eq!(ends[&TopicPartition::new("out", 0)], 200);
+    assert_eq!(ends[&TopicPartition::new("out", 1)], 200);
+    let read = read_committed(&kit, "out", 2).await;
+    for (p, values) in &read {
+        let order: Vec<usize> = values.iter().map(|v| v[..4].parse().unwrap()).collect();
+        let want: Vec<usize> = (0..400).filter(|i| i % 2 == *p as usize).collect();
+        assert_eq!(order, want, "partition {p} in send order");
+    }
+
+    let p = producer_txn(&kit).await;
+    p.begin().unwrap();
+    let records = (0..10)
+        .map(|i| {
+            ProducerRecord::new("txn-out")
+                .with_key(format!("k{i}"))
+                .with_value(format!("t{i}"))
+        })
+        .collect();
+    p.enqueue_all_into(records, &group).await.unwrap();
+    p.commit().await.unwrap();
+    assert_eq!(group.pending(), 0);
+    let ends = group.take().unwrap();
+    assert_eq!(ends.values().sum::<i64>(), 10, "{ends:?}");
+    let mut committed = all_values(&read_committed(&kit, "txn-out", 2).await);
+    committed.sort();
+    let mut want: Vec<String> = (0..10).map(|i| format!("t{i}")).collect();
+    want.sort();
+    assert_eq!(committed, want);
+}
+
+async fn producer_txn(kit: &txn_support::Kit) -> weir_client::transaction::TransactionalProducer {
+    producer(kit, "all-txn", TransactionConfig::new("tx-all")).await
+}

@@ -28,7 +28,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use tokio::sync::{Notify, Semaphore, oneshot};
+use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, oneshot};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use weir_protocol::records::RecordInput;
@@ -101,6 +101,18 @@ impl Shared {
             self.idle.notify_waiters();
         }
     }
+}
+
+/// A record checked and ready to join its batch.
+struct Prepared {
+    topic: String,
+    partition: Option<i32>,
+    partitions: i32,
+    gate: Option<SendGate>,
+    input: RecordInput,
+    size: usize,
+    /// `max.block.ms` from the call.
+    deadline: Instant,
 }
 
 /// Who learns a record's outcome: its future, tallies.
@@ -349,11 +361,116 @@ impl Producer {
         receivers: Receivers,
     ) -> Result<()> {
         let shared = &self.handle.shared;
+        let prepared = self.prepare(record).await?;
+        let memory = self
+            .reserve(&prepared.topic, prepared.size, prepared.deadline)
+            .await?;
+        let wake = {
+            let mut state = shared.lock();
+            // Checked again under the lock: the sender exits only when it
+            // sees `closed` and an empty accumulator under this lock, so a
+            // record either gets in before that or is refused here.
+            if shared.closed.load(Ordering::Acquire) {
+                return Err(ClientError::Closed);
+            }
+            self.append(&mut state, prepared, receivers, memory)
+        };
+        if wake {
+            shared.wake.notify_one();
+        }
+        Ok(())
+    }
+
+    /// [`enqueue_into`](Self::enqueue_into) for many records at once: their
+    /// memory is reserved and they join their batches under one lock, not
+    /// one per record. Their order within a partition is kept.
+    ///
+    /// ```no_run
+    /// # async fn demo(producer: weir_client::producer::Producer) -> weir_client::Result<()> {
+    /// use weir_client::producer::{DeliveryGroup, ProducerRecord};
+    /// let group = DeliveryGroup::new();
+    /// let records = (0..100).map(|i| ProducerRecord::new("events").with_value(i.to_string()));
+    /// producer.enqueue_all_into(records.collect(), &group).await?;
+    /// producer.flush().await;
+    /// group.wait().await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// # Errors
+    /// As [`enqueue`](Self::enqueue), for the first record refused; the
+    /// records before it may have been enqueued (and are counted in
+    /// `group`), those after it are not.
+    pub async fn enqueue_all_into(
+        &self,
+        records: Vec<ProducerRecord>,
+        group: &DeliveryGroup,
+    ) -> Result<()> {
+        self.enqueue_all_to(records, [Some(group.shared()), None])
+            .await
+    }
+
+    /// [`enqueue_all_into`](Self::enqueue_all_into), counted in `groups`.
+    pub(crate) async fn enqueue_all_to(
+        &self,
+        records: Vec<ProducerRecord>,
+        groups: [Option<Arc<group::GroupShared>>; 2],
+    ) -> Result<()> {
+        let shared = &self.handle.shared;
+        let mut prepared = Vec::with_capacity(records.len());
+        for record in records {
+            prepared.push(self.prepare(record).await?);
+        }
+        // In chunks that fit `buffer.memory` (a chunk waits for room as a
+        // single record does).
+        let limit = shared.memory_limit();
+        let mut rest = prepared.into_iter().peekable();
+        while rest.peek().is_some() {
+            let mut chunk = Vec::new();
+            let mut size = 0usize;
+            while let Some(next) = rest.next_if(|p| chunk.is_empty() || size + p.size <= limit) {
+                size += next.size;
+                chunk.push(next);
+            }
+            let Some((topic, deadline)) = chunk.first().map(|p| (p.topic.clone(), p.deadline))
+            else {
+                break;
+            };
+            let mut memory = self.reserve(&topic, size, deadline).await?;
+            let wake = {
+                let mut state = shared.lock();
+                if shared.closed.load(Ordering::Acquire) {
+                    return Err(ClientError::Closed);
+                }
+                let mut wake = false;
+                for p in chunk {
+                    let permits = u32::try_from(p.size).unwrap_or(u32::MAX) as usize;
+                    let Some(own) = memory.split(permits) else {
+                        return Err(ClientError::Closed);
+                    };
+                    let receivers = Receivers {
+                        tx: None,
+                        groups: groups.clone(),
+                    };
+                    wake |= self.append(&mut state, p, receivers, own);
+                }
+                wake
+            };
+            if wake {
+                shared.wake.notify_one();
+            }
+        }
+        Ok(())
+    }
+
+    /// Checks `record` against the size limits and its topic's partitions
+    /// (fetching metadata if the cache has none).
+    async fn prepare(&self, record: ProducerRecord) -> Result<Prepared> {
+        let shared = &self.handle.shared;
         if shared.closed.load(Ordering::Acquire) {
             return Err(ClientError::Closed);
         }
         let options = &shared.options;
-        let gate = record.gate;
         let input = RecordInput {
             timestamp: record.timestamp.unwrap_or_else(now_millis),
             key: record.key,
@@ -373,13 +490,8 @@ impl Producer {
         if size > shared.memory_limit() {
             return Err(too_large(shared.memory_limit(), "buffer.memory"));
         }
+        // `max.block.ms` bounds the metadata and the memory waits together.
         let deadline = Instant::now() + options.max_block;
-        let timeout = |what: &str| ClientError::Timeout {
-            what: format!("{what} for topic {}", record.topic),
-            after: options.max_block,
-            setting: "max.block.ms",
-        };
-
         let cluster = &shared.cluster;
         // Fresh cached metadata is the common case: no request, no timer.
         let partitions = match cluster.fresh_partition_count(&record.topic) {
@@ -391,7 +503,11 @@ impl Producer {
                 }),
             )
             .await
-            .map_err(|_| timeout("metadata"))??,
+            .map_err(|_| ClientError::Timeout {
+                what: format!("metadata for topic {}", record.topic),
+                after: options.max_block,
+                setting: "max.block.ms",
+            })??,
         };
         let partitions = i32::try_from(partitions).unwrap_or(i32::MAX);
         if let Some(p) = record.partition
@@ -407,89 +523,112 @@ impl Producer {
             .unwrap_or(ClientError::Closed)
             .with_message(Some(&format!("the topic has {partitions} partitions"))));
         }
+        Ok(Prepared {
+            topic: record.topic,
+            partition: record.partition,
+            partitions,
+            gate: record.gate,
+            input,
+            size,
+            deadline,
+        })
+    }
+
+    /// Reserves `size` bytes of `buffer.memory`, waiting at most
+    /// `max.block.ms` while it is full.
+    async fn reserve(
+        &self,
+        topic: &str,
+        size: usize,
+        deadline: Instant,
+    ) -> Result<OwnedSemaphorePermit> {
+        let shared = &self.handle.shared;
         let permits = u32::try_from(size).unwrap_or(u32::MAX);
         // Memory is usually free: only a full buffer waits (and times out).
-        let memory = match Arc::clone(&shared.memory).try_acquire_many_owned(permits) {
-            Ok(permit) => permit,
-            Err(tokio::sync::TryAcquireError::Closed) => return Err(ClientError::Closed),
+        match Arc::clone(&shared.memory).try_acquire_many_owned(permits) {
+            Ok(permit) => Ok(permit),
+            Err(tokio::sync::TryAcquireError::Closed) => Err(ClientError::Closed),
             Err(tokio::sync::TryAcquireError::NoPermits) => tokio::time::timeout_at(
                 deadline,
                 Arc::clone(&shared.memory).acquire_many_owned(permits),
             )
             .await
-            .map_err(|_| timeout("buffer.memory"))?
-            .map_err(|_| ClientError::Closed)?,
-        };
-        // The partitions with a leader, for the sticky partitioner (keyless
-        // records only).
-        let available = || -> Vec<i32> {
-            cluster
-                .cached_metadata()
-                .topic(&record.topic)
-                .map(|t| {
-                    t.partitions
-                        .iter()
-                        .filter(|p| p.leader >= 0)
-                        .map(|p| p.partition)
-                        .collect()
-                })
-                .unwrap_or_default()
-        };
-        let Receivers { tx, groups } = receivers;
-        let wake = {
-            let mut state = shared.lock();
-            // Checked again under the lock: the sender exits only when it
-            // sees `closed` and an empty accumulator under this lock, so a
-            // record either gets in before that or is refused here.
-            if shared.closed.load(Ordering::Acquire) {
-                return Err(ClientError::Closed);
-            }
-            let partition = match (record.partition, &input.key) {
-                (Some(p), _) => p,
-                (None, Some(key)) => partition_for_key(key, partitions),
-                (None, None) => {
-                    let available = available();
-                    let p = state
-                        .sticky
-                        .partition(&record.topic, partitions, &available);
-                    let tp = TopicPartition::new(record.topic.clone(), p);
-                    if state.acc.would_start_batch(&tp, size, gate.as_ref()) {
-                        // KIP-480: a new batch is the moment to move on.
-                        state
-                            .sticky
-                            .on_new_batch(&record.topic, partitions, &available, p);
-                        state
-                            .sticky
-                            .partition(&record.topic, partitions, &available)
-                    } else {
-                        p
-                    }
-                }
-            };
-            let tp = TopicPartition::new(record.topic, partition);
-            shared.pending.fetch_add(1, Ordering::AcqRel);
-            for group in groups.iter().flatten() {
-                group.admit(1);
-            }
-            let delivery = Delivery {
-                tx,
-                groups,
-                timestamp: input.timestamp,
-            };
-            let appended =
-                state
-                    .acc
-                    .append(&tp, input, delivery, gate, Some(memory), Instant::now());
-            appended == Appended::NewBatch
-                || state
-                    .acc
-                    .front(&tp)
-                    .is_some_and(|b| b.size >= options.batch_size)
-        };
-        if wake {
-            shared.wake.notify_one();
+            .map_err(|_| ClientError::Timeout {
+                what: format!("buffer.memory for topic {topic}"),
+                after: shared.options.max_block,
+                setting: "max.block.ms",
+            })?
+            .map_err(|_| ClientError::Closed),
         }
-        Ok(())
+    }
+
+    /// Appends a prepared record under the state lock; true when the
+    /// sender should wake (a new or a full batch).
+    fn append(
+        &self,
+        state: &mut State,
+        prepared: Prepared,
+        receivers: Receivers,
+        memory: OwnedSemaphorePermit,
+    ) -> bool {
+        let shared = &self.handle.shared;
+        let Prepared {
+            topic,
+            partition,
+            partitions,
+            gate,
+            input,
+            size,
+            ..
+        } = prepared;
+        let partition = match (partition, &input.key) {
+            (Some(p), _) => p,
+            (None, Some(key)) => partition_for_key(key, partitions),
+            (None, None) => {
+                // The partitions with a leader, for the sticky partitioner
+                // (keyless records only).
+                let available: Vec<i32> = shared
+                    .cluster
+                    .cached_metadata()
+                    .topic(&topic)
+                    .map(|t| {
+                        t.partitions
+                            .iter()
+                            .filter(|p| p.leader >= 0)
+                            .map(|p| p.partition)
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                let p = state.sticky.partition(&topic, partitions, &available);
+                let tp = TopicPartition::new(topic.clone(), p);
+                if state.acc.would_start_batch(&tp, size, gate.as_ref()) {
+                    // KIP-480: a new batch is the moment to move on.
+                    state.sticky.on_new_batch(&topic, partitions, &available, p);
+                    state.sticky.partition(&topic, partitions, &available)
+                } else {
+                    p
+                }
+            }
+        };
+        let tp = TopicPartition::new(topic, partition);
+        let Receivers { tx, groups } = receivers;
+        shared.pending.fetch_add(1, Ordering::AcqRel);
+        for group in groups.iter().flatten() {
+            group.admit(1);
+        }
+        let delivery = Delivery {
+            tx,
+            groups,
+            timestamp: input.timestamp,
+        };
+        let appended = state
+            .acc
+            .append(&tp, input, delivery, gate, Some(memory), Instant::now());
+        appended == Appended::NewBatch
+            || state
+                .acc
+                .front(&tp)
+                .is_some_and(|b| b.size >= shared.options.batch_size)
     }
 
     /// Sends every buffered record now, ignoring `linger.ms`, and waits

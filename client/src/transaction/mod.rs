@@ -416,6 +416,44 @@ impl TransactionalProducer {
         .await
     }
 
+    /// [`enqueue_into`](Self::enqueue_into) for many records at once (see
+    /// [`Producer::enqueue_all_into`]): each new partition joins the
+    /// transaction first, then the records join their batches under one
+    /// lock.
+    ///
+    /// # Errors
+    /// As [`send`](Self::send), for the first record refused; the records
+    /// before it may have been enqueued, those after it are not.
+    pub async fn enqueue_all_into(
+        &self,
+        mut records: Vec<ProducerRecord>,
+        group: &DeliveryGroup,
+    ) -> Result<()> {
+        // Admitted with the state check, as one send (see `enqueue_to`).
+        let admitted = self.admit("send", records.len())?;
+        let mut added: BTreeSet<(&str, i32)> = BTreeSet::new();
+        for record in &mut records {
+            if record.partition.is_none() {
+                record.partition = Some(self.choose_partition(record).await?);
+            }
+        }
+        for record in &records {
+            let partition = record.partition.unwrap_or(0);
+            if added.insert((record.topic.as_str(), partition)) {
+                self.ensure_in_transaction(&TopicPartition::new(record.topic.clone(), partition))
+                    .await?;
+            }
+        }
+        drop(added);
+        self.producer
+            .enqueue_all_to(
+                records,
+                [Some(admitted.group().shared()), Some(group.shared())],
+            )
+            .await
+            .map_err(|e| self.fail("send", e))
+    }
+
     async fn enqueue_to(&self, mut record: ProducerRecord, mut receivers: Receivers) -> Result<()> {
         // Admitted (counted as pending) in the same step as the state
         // check: `commit` or `abort`, which start by leaving

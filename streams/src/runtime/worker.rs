@@ -569,35 +569,48 @@ impl Worker {
             return Ok(());
         };
         for (id, outputs, changelog) in written {
-            for out in outputs {
-                let record = producer_record(out);
+            // Each list joins its batches in one step (one lock, one memory
+            // reservation), not one per record.
+            if !outputs.is_empty() {
+                let records: Vec<ProducerRecord> =
+                    outputs.into_iter().map(producer_record).collect();
                 match producers {
                     Producers::AtLeastOnce(p) => {
-                        p.enqueue_into(record.with_gate(gate.clone()), &self.outputs)
-                            .await
+                        let gated = records
+                            .into_iter()
+                            .map(|r| r.with_gate(gate.clone()))
+                            .collect();
+                        p.enqueue_all_into(gated, &self.outputs).await
                     }
-                    Producers::ExactlyOnce(txn) => txn.enqueue_into(record, &self.outputs).await,
+                    Producers::ExactlyOnce(txn) => {
+                        txn.enqueue_all_into(records, &self.outputs).await
+                    }
                 }
                 .map_err(|e| StreamsError::client(format!("task {id}: output"), e))?;
             }
             let Some(active) = self.tasks.get_mut(&id) else {
                 continue;
             };
-            for record in changelog {
-                let record = producer_record(record);
-                let group = &active.changelog;
-                match (producers, &active.fence) {
-                    (Producers::ExactlyOnce(txn), _) => txn.enqueue_into(record, group).await,
-                    (Producers::AtLeastOnce(_), Some(fence)) => {
-                        fence.enqueue_into(record, group).await
-                    }
-                    // The test-only unfenced mode: nothing stops a zombie here.
-                    (Producers::AtLeastOnce(p), None) => {
-                        p.enqueue_into(record.with_gate(gate.clone()), group).await
-                    }
-                }
-                .map_err(|e| StreamsError::client(format!("task {id}: changelog"), e))?;
+            if changelog.is_empty() {
+                continue;
             }
+            let records: Vec<ProducerRecord> = changelog.into_iter().map(producer_record).collect();
+            let group = &active.changelog;
+            match (producers, &active.fence) {
+                (Producers::ExactlyOnce(txn), _) => txn.enqueue_all_into(records, group).await,
+                (Producers::AtLeastOnce(_), Some(fence)) => {
+                    fence.enqueue_all_into(records, group).await
+                }
+                // The test-only unfenced mode: nothing stops a zombie here.
+                (Producers::AtLeastOnce(p), None) => {
+                    let gated = records
+                        .into_iter()
+                        .map(|r| r.with_gate(gate.clone()))
+                        .collect();
+                    p.enqueue_all_into(gated, group).await
+                }
+            }
+            .map_err(|e| StreamsError::client(format!("task {id}: changelog"), e))?;
         }
         Ok(())
     }
