@@ -526,3 +526,66 @@ async fn assigned_to_running(instance: &weir_streams::KafkaStreams, task: &str) 
     }
     panic!("task {task} running after the restart");
 }
+
+/// A standby's fetches go over connections of their own: they wait at the
+/// broker for new changelog records (here up to 2 s), and a restore on the
+/// same connection queued behind them. When b closes, its task moves to
+/// a, whose standby of it was long-polling until the promotion; the
+/// task's tail restore must not wait for that poll's answer (issue 15:
+/// 100-320 ms per store in the rolling deploy).
+#[tokio::test(start_paused = true)]
+async fn a_promoted_standbys_restore_does_not_wait_behind_standby_long_polls() {
+    let kit = testkit(1, 3).await;
+    let (words, expected) = word_lines(90, 17);
+    produce_words(&kit, &words).await;
+    let n = total(&expected);
+    let dirs: Vec<_> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
+    let props = [("fetch.max.wait.ms", "2000"), ("num.standby.replicas", "2")];
+    let mut instances = Vec::new();
+    for (i, id) in ["a", "b", "c"].into_iter().enumerate() {
+        instances.push(
+            start(
+                count_keys(),
+                streams_config(&kit, "wc", id, dirs[i].path(), &props),
+            )
+            .await,
+        );
+    }
+    eventually(
+        "one task and two standbys each",
+        Duration::from_secs(120),
+        || async {
+            instances
+                .iter()
+                .all(|i| i.metrics().tasks.len() == 1 && i.metrics().standby_tasks.len() == 2)
+                && read_committed(&kit, OUTPUT).await.len() as u64 >= n
+        },
+    )
+    .await;
+    // Let the standbys catch up and settle into their long polls.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let b = instances.remove(1);
+    let moving = b.metrics().tasks.keys().next().unwrap().to_string();
+    b.close(Duration::from_secs(30)).await.unwrap();
+    // The task goes to a or c, which keeps its other standby polling.
+    let mut took = None;
+    for _ in 0..20_000 {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        if let Some(i) = instances
+            .iter()
+            .find(|i| i.metrics().tasks.keys().any(|t| t.to_string() == moving))
+        {
+            took = Some(assigned_to_running(i, &moving).await);
+            break;
+        }
+    }
+    let took = took.unwrap();
+    println!("assigned to running: {took:?}");
+    assert!(
+        took < Duration::from_millis(500),
+        "the promoted task waited {took:?} (fetch.max.wait.ms 2000)"
+    );
+    for i in instances {
+        i.close(Duration::from_secs(30)).await.unwrap();
+    }
+}

@@ -101,6 +101,11 @@ pub(crate) struct Runtime {
     /// Connections of their own for restores, so a restore's fetch never
     /// queues behind a worker's long poll on the same connection.
     pub(crate) restore_cluster: Cluster,
+    /// Connections of their own for standbys and warmups: their fetches
+    /// wait at the broker for new changelog records (a long poll), and an
+    /// active restore on the same connection queued behind them, on the
+    /// critical path of a task's move (issue 15: 100-320 ms per store).
+    pub(crate) standby_cluster: Cluster,
     pub(crate) lease: weir_group::member::Lease,
     /// Partition count per subtopology.
     pub(crate) partitions: BTreeMap<u32, i32>,
@@ -395,6 +400,10 @@ impl KafkaStreams {
             .await
             .map_err(|e| StreamsError::client("connecting the restore consumer", e))?
             .with_auto_create(false);
+        let standby_cluster = Cluster::connect(cluster.config().clone())
+            .await
+            .map_err(|e| StreamsError::client("connecting the standby consumer", e))?
+            .with_auto_create(false);
         let admin = Admin::new(cluster.clone());
         topology
             .cache_max_bytes
@@ -474,6 +483,7 @@ impl KafkaStreams {
             topology,
             cluster,
             restore_cluster,
+            standby_cluster,
             partitions,
             process_id,
             counters,

@@ -189,6 +189,11 @@ pub(crate) async fn catch_up(
         let topic = spec.changelog_topic(rt.app());
         let env = RestoreEnv {
             track: Some((&rt.board, task)),
+            // A standby's long polls never hold up an active restore.
+            cluster: match purpose {
+                Purpose::Active => &rt.restore_cluster,
+                Purpose::Standby => &rt.standby_cluster,
+            },
             ..rt.restore_env()
         };
         let end = restore_store(&env, task, store, &spec.name, &topic, partition, purpose).await?;
