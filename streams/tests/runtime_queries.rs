@@ -68,3 +68,63 @@ async fn each_instance_answers_for_its_tasks_and_names_the_host_of_the_others() 
     a.close(Duration::from_secs(30)).await.unwrap();
     b.close(Duration::from_secs(30)).await.unwrap();
 }
+
+/// With stale stores enabled a standby answers for its task: every count is
+/// readable on each instance, from the task running there or the standby
+/// kept there; without, only the running tasks answer.
+#[tokio::test(start_paused = true)]
+async fn a_standby_answers_queries_when_stale_stores_are_enabled() {
+    let kit = testkit(1, 2).await;
+    let (input, expected) = lines(150, 59);
+    produce_words(&kit, &input).await;
+    let words: u64 = expected.values().sum();
+    let dirs: Vec<_> = (0..2).map(|_| tempfile::tempdir().unwrap()).collect();
+    let props = [
+        ("processing.guarantee", "exactly_once_v2"),
+        ("num.standby.replicas", "1"),
+    ];
+    let a = start(
+        count_keys(),
+        streams_config(&kit, "wc", "a", dirs[0].path(), &props),
+    )
+    .await;
+    let b = start(
+        count_keys(),
+        streams_config(&kit, "wc", "b", dirs[1].path(), &props),
+    )
+    .await;
+    eventually(
+        "a task and a standby each, everything counted",
+        Duration::from_secs(120),
+        || async {
+            a.metrics().tasks.len() == 1
+                && b.metrics().tasks.len() == 1
+                && a.metrics().standby_tasks.len() == 1
+                && b.metrics().standby_tasks.len() == 1
+                && read_committed(&kit, OUTPUT).await.len() as u64 >= words
+        },
+    )
+    .await;
+    for instance in [&a, &b] {
+        let running = instance.kv_store::<String, u64>("counts").unwrap();
+        let stale = instance
+            .kv_store::<String, u64>("counts")
+            .unwrap()
+            .enable_stale_stores();
+        assert_eq!(running.local_tasks().len(), 1);
+        assert!(running.all().unwrap().len() < expected.len());
+        // The standby catches up within its follow interval.
+        eventually(
+            "the standby has every count",
+            Duration::from_secs(60),
+            || async { stale.all().unwrap().into_iter().collect::<BTreeMap<_, _>>() == expected },
+        )
+        .await;
+        assert_eq!(stale.local_tasks().len(), 2);
+        for (word, count) in &expected {
+            assert_eq!(stale.get(word).unwrap(), Some(*count), "{word}");
+        }
+    }
+    a.close(Duration::from_secs(30)).await.unwrap();
+    b.close(Duration::from_secs(30)).await.unwrap();
+}

@@ -134,6 +134,9 @@ pub(crate) struct Runtime {
     /// The stores of the tasks running here, for interactive queries
     /// (committed data only).
     pub(crate) queryable: Mutex<BTreeMap<TaskId, weir_store::TaskStore>>,
+    /// The stores of the standbys (and warmups) kept here, for queries
+    /// that accept stale data (`QueryableKvStore::enable_stale_stores`).
+    pub(crate) standby_queryable: Mutex<BTreeMap<TaskId, weir_store::TaskStore>>,
     /// Each task's state, lag, restore progress and ownership history.
     pub(crate) board: Arc<board::TaskBoard>,
     started: tokio::time::Instant,
@@ -159,6 +162,26 @@ impl Runtime {
     pub(crate) fn publish_store(&self, task: TaskId, store: Option<&weir_store::TaskStore>) {
         let mut q = self
             .queryable
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        match store {
+            Some(s) => {
+                q.insert(task, s.clone());
+            }
+            None => {
+                q.remove(&task);
+            }
+        }
+    }
+
+    /// Makes a standby's stores queryable (`Some`), or withdraws them.
+    pub(crate) fn publish_standby_store(
+        &self,
+        task: TaskId,
+        store: Option<&weir_store::TaskStore>,
+    ) {
+        let mut q = self
+            .standby_queryable
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
         match store {
@@ -495,6 +518,7 @@ impl KafkaStreams {
             progress: (0..config_threads).map(|_| AtomicU64::new(0)).collect(),
             confirmed_generation: std::sync::atomic::AtomicI32::new(-1),
             queryable: Mutex::new(BTreeMap::new()),
+            standby_queryable: Mutex::new(BTreeMap::new()),
             board: Arc::new(board::TaskBoard::new(
                 client_id_for_board,
                 process_id_for_board,

@@ -26,6 +26,9 @@ pub struct QueryableKvStore<K, V> {
     subtopology: u32,
     partitions: i32,
     in_memory: bool,
+    /// Standbys' copies answer too (see
+    /// [`enable_stale_stores`](Self::enable_stale_stores)).
+    stale: bool,
     _types: PhantomData<fn() -> (K, V)>,
 }
 
@@ -57,15 +60,70 @@ impl<K: Serde, V: Serde> QueryableKvStore<K, V> {
         opened.map_err(|e| StreamsError::store(self.name.clone(), e))
     }
 
+    /// The local stores of the subtopology's tasks: the running tasks',
+    /// and with stale stores enabled the standbys' of the other tasks.
     fn local(&self) -> Vec<(TaskId, weir_store::TaskStore)> {
-        self.rt
+        let mut stores: std::collections::BTreeMap<TaskId, weir_store::TaskStore> = self
+            .rt
             .queryable
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .iter()
             .filter(|(t, _)| t.subtopology == self.subtopology)
             .map(|(t, s)| (*t, s.clone()))
-            .collect()
+            .collect();
+        if self.stale {
+            for (t, s) in self
+                .rt
+                .standby_queryable
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .iter()
+                .filter(|(t, _)| t.subtopology == self.subtopology)
+            {
+                stores.entry(*t).or_insert_with(|| s.clone());
+            }
+        }
+        stores.into_iter().collect()
+    }
+
+    fn store_of(&self, task: TaskId) -> Option<weir_store::TaskStore> {
+        let active = self
+            .rt
+            .queryable
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(&task)
+            .cloned();
+        if active.is_some() || !self.stale {
+            return active;
+        }
+        self.rt
+            .standby_queryable
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(&task)
+            .cloned()
+    }
+
+    /// Lets the standby replicas (and warmups) kept on this instance answer
+    /// for their tasks too, as Kafka Streams' `enableStaleStores`: what they
+    /// hold is committed, but may be behind the active's last commit by
+    /// what the standby has not read yet. A task running here answers from
+    /// its own store either way.
+    ///
+    /// ```no_run
+    /// # async fn demo(streams: weir_streams::KafkaStreams) -> weir_streams::Result<()> {
+    /// let counts = streams.kv_store::<String, u64>("counts")?.enable_stale_stores();
+    /// let maybe_behind = counts.get(&"kafka".to_string())?;
+    /// # let _ = maybe_behind;
+    /// # Ok(())
+    /// # }
+    /// ```
+    #[must_use]
+    pub fn enable_stale_stores(mut self) -> Self {
+        self.stale = true;
+        self
     }
 
     /// The committed value of `key`, if the task holding it runs here;
@@ -81,14 +139,7 @@ impl<K: Serde, V: Serde> QueryableKvStore<K, V> {
             .serialize()
             .ok_or_else(|| query_err(&self.name, "a null key"))?;
         let task = self.task_of(&k);
-        let store = self
-            .rt
-            .queryable
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .get(&task)
-            .cloned();
-        let Some(store) = store else {
+        let Some(store) = self.store_of(task) else {
             return Ok(None);
         };
         let value = self
@@ -121,7 +172,8 @@ impl<K: Serde, V: Serde> QueryableKvStore<K, V> {
         Ok(out)
     }
 
-    /// The tasks of this store that run here.
+    /// The tasks of this store that answer here: those that run here, and
+    /// with [`enable_stale_stores`](Self::enable_stale_stores) the standbys.
     pub fn local_tasks(&self) -> Vec<TaskId> {
         self.local().into_iter().map(|(t, _)| t).collect()
     }
@@ -173,6 +225,7 @@ impl KafkaStreams {
             subtopology,
             partitions,
             in_memory,
+            stale: false,
             _types: PhantomData,
         })
     }

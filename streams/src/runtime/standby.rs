@@ -75,6 +75,15 @@ impl Standby {
     }
 }
 
+/// Withdraws a standby's stores from queries when dropped.
+struct Published<'a>(&'a Runtime, TaskId);
+
+impl Drop for Published<'_> {
+    fn drop(&mut self) {
+        self.0.publish_standby_store(self.1, None);
+    }
+}
+
 async fn follow(
     rt: Arc<Runtime>,
     task: TaskId,
@@ -102,6 +111,11 @@ async fn follow(
         }
     };
     tracing::info!(task = %task, "standby replica following its changelogs");
+    // Queryable while it follows; withdrawn however this ends (a stop, or
+    // the task aborted), before the store closes, so no query keeps the
+    // directory open for the task's next owner.
+    rt.publish_standby_store(task, Some(&store));
+    let _published = Published(&rt, task);
     loop {
         if *stopped.borrow() {
             break;
@@ -124,6 +138,7 @@ async fn follow(
             _ = stopped.changed() => break,
         }
     }
+    drop(_published);
     let closed = tokio::task::spawn_blocking(move || store.close()).await;
     match closed {
         Ok(Ok(())) => tracing::info!(task = %task, "standby replica stopped"),
