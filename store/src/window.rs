@@ -259,6 +259,37 @@ impl WindowStore {
     ///
     /// [`StoreError::Engine`] if fjall fails.
     pub fn fetch(&self, key: &[u8], from: i64, to: i64) -> Result<Vec<WindowEntry>> {
+        self.fetch_of(key, from, to, true)
+    }
+
+    /// The committed windows of `key` starting in `[from, to]`, without
+    /// this task's staged writes: what a reader outside the task (an
+    /// interactive query) may see.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use weir_store::{ChangelogPartition, StoreOptions, TaskStore};
+    /// # fn main() -> Result<(), weir_store::StoreError> {
+    /// # let dir = tempfile::tempdir().map_err(|e| weir_store::StoreError::InvalidArgument(e.to_string()))?;
+    /// let task = TaskStore::open(dir.path(), StoreOptions::default())?;
+    /// let day = Duration::from_secs(86_400);
+    /// let clicks = task.window_store("clicks", day, Duration::from_secs(3_600))?;
+    /// clicks.put(b"user-1", b"3", 60_000)?;
+    /// assert!(clicks.fetch_committed(b"user-1", 0, 120_000)?.is_empty()); // staged only
+    /// task.commit(&[(ChangelogPartition::new("app-clicks-changelog", 0), 1)])?;
+    /// assert_eq!(clicks.fetch_committed(b"user-1", 0, 120_000)?[0].value, b"3");
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::Engine`] if fjall fails.
+    pub fn fetch_committed(&self, key: &[u8], from: i64, to: i64) -> Result<Vec<WindowEntry>> {
+        self.fetch_of(key, from, to, false)
+    }
+
+    fn fetch_of(&self, key: &[u8], from: i64, to: i64, staged: bool) -> Result<Vec<WindowEntry>> {
         let mut out = Vec::new();
         if from > to {
             return Ok(out);
@@ -266,7 +297,7 @@ impl WindowStore {
         let lo = encode_segment_key(key, from)?;
         let hi = encode_segment_key(key, to)?;
         for segment in self.segments_between(from, to)? {
-            for item in self.merged(segment, Some((&lo, &hi)))? {
+            for item in self.merged(segment, Some((&lo, &hi)), staged)? {
                 let (k, v) = item?;
                 if let Some((key, window_start)) = self.decode(&k)?
                     && self.readable(window_start)?
@@ -330,17 +361,30 @@ impl WindowStore {
 
     /// Committed entries of one segment in `[lo, hi]` merged with staged ones.
     /// `None` bounds mean the whole segment.
-    fn merged(&self, segment: i64, bounds: Option<(&[u8], &[u8])>) -> Result<MergedEntries> {
+    /// A segment's entries within `bounds`, this task's staged writes over
+    /// the committed ones (`with_staged`), or the committed ones alone.
+    fn merged(
+        &self,
+        segment: i64,
+        bounds: Option<(&[u8], &[u8])>,
+        with_staged: bool,
+    ) -> Result<MergedEntries> {
         let state = self.task.state();
         let entry = state.store(&self.name)?;
-        let staged: Vec<_> = entry
-            .staged
-            .window
-            .range((segment, Vec::new())..)
-            .take_while(|((s, _), _)| *s == segment)
-            .filter(|((_, k), _)| bounds.is_none_or(|(lo, hi)| (lo..=hi).contains(&k.as_slice())))
-            .map(|((_, k), v)| (k.clone(), v.clone()))
-            .collect();
+        let staged: Vec<_> = if with_staged {
+            entry
+                .staged
+                .window
+                .range((segment, Vec::new())..)
+                .take_while(|((s, _), _)| *s == segment)
+                .filter(|((_, k), _)| {
+                    bounds.is_none_or(|(lo, hi)| (lo..=hi).contains(&k.as_slice()))
+                })
+                .map(|((_, k), v)| (k.clone(), v.clone()))
+                .collect()
+        } else {
+            Vec::new()
+        };
         let committed = if let Some(memory) = &entry.memory {
             memory.segments.get(&segment).map(|seg| {
                 let entries: Vec<_> = match bounds {
@@ -387,7 +431,7 @@ impl WindowStore {
     fn load_segment(&self, segment: i64, from: i64, to: i64) -> Result<Vec<WindowEntry>> {
         let mut entries = Vec::new();
         let stream_time = self.stream_time()?;
-        for item in self.merged(segment, None)? {
+        for item in self.merged(segment, None, true)? {
             let (k, value) = item?;
             if let Some((key, window_start)) = self.decode(&k)?
                 && (from..=to).contains(&window_start)

@@ -27,5 +27,5 @@ pub mod topology;
 pub use config::StreamsConfig;
 pub use error::{ProcessError, Result, SerdeError, StreamsError};
 pub use record::Record;
-pub use runtime::{KafkaStreams, QueryableKvStore, State};
+pub use runtime::{KafkaStreams, QueryableKvStore, QueryableWindowStore, State};
 pub use topology::{Topology, TopologyBuilder};

@@ -10,6 +10,9 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use support::*;
+use weir_streams::processor::{Processor, ProcessorContext};
+use weir_streams::state::WindowStoreRef;
+use weir_streams::{ProcessError, Record, TopologyBuilder};
 
 #[tokio::test(start_paused = true)]
 async fn each_instance_answers_for_its_tasks_and_names_the_host_of_the_others() {
@@ -127,4 +130,98 @@ async fn a_standby_answers_queries_when_stale_stores_are_enabled() {
     }
     a.close(Duration::from_secs(30)).await.unwrap();
     b.close(Duration::from_secs(30)).await.unwrap();
+}
+
+/// Counts each word per 1 s window of its timestamp in a window store.
+struct WindowedCount(WindowStoreRef<String, u64>);
+
+impl Processor<String, ()> for WindowedCount {
+    type KOut = String;
+    type VOut = String;
+    fn process(
+        &mut self,
+        ctx: &mut ProcessorContext<'_, String, String>,
+        r: Record<String, ()>,
+    ) -> Result<(), ProcessError> {
+        let start = r.timestamp - r.timestamp.rem_euclid(1_000);
+        let store = ctx.window_store(&self.0)?;
+        let n = store
+            .fetch(&r.key, start, start)?
+            .first()
+            .map_or(0, |(_, n)| *n)
+            + 1;
+        store.put(&r.key, &n, start)?;
+        ctx.forward(Record::new(r.key, n.to_string(), r.timestamp));
+        Ok(())
+    }
+}
+
+/// A window store answers queries with its committed windows, on the
+/// instance that runs the key's task.
+#[tokio::test(start_paused = true)]
+async fn a_window_store_answers_with_its_committed_windows() {
+    let kit = testkit(1, 2).await;
+    let (input, expected) = lines(120, 61);
+    produce_words(&kit, &input).await;
+    let words: u64 = expected.values().sum();
+    let mut b = TopologyBuilder::new();
+    let windows = b.window_store::<String, u64>("per-second", Duration::from_secs(86_400));
+    let src = b.source::<String, ()>("words", &[INPUT]);
+    let w = windows.clone();
+    let counted = b.processor(
+        "count",
+        &[&src],
+        move || WindowedCount(w.clone()),
+        &[&windows],
+    );
+    b.sink("out", &[&counted], OUTPUT);
+    let dir = tempfile::tempdir().unwrap();
+    let a = start(
+        b.build().unwrap(),
+        streams_config(
+            &kit,
+            "wc",
+            "a",
+            dir.path(),
+            &[("processing.guarantee", "exactly_once_v2")],
+        ),
+    )
+    .await;
+    eventually("everything counted", Duration::from_secs(120), || async {
+        read_committed(&kit, OUTPUT).await.len() as u64 >= words
+    })
+    .await;
+    // The words' timestamps are 1,000 + line index: lines 0..120 span the
+    // windows starting at 1,000 and 2,000 (ms), whose counts add up to each
+    // word's total.
+    let q = a.window_store::<String, u64>("per-second").unwrap();
+    assert_eq!(q.local_tasks().len(), 2);
+    // The store commits right after the transaction that made the outputs
+    // visible.
+    eventually("the windows committed", Duration::from_secs(10), || async {
+        expected.iter().all(|(word, count)| {
+            q.fetch(word, 0, 10_000)
+                .unwrap()
+                .iter()
+                .map(|(_, n)| n)
+                .sum::<u64>()
+                == *count
+        })
+    })
+    .await;
+    for (word, count) in &expected {
+        let found = q.fetch(word, 0, 10_000).unwrap();
+        assert!(
+            found.iter().all(|(start, _)| start % 1_000 == 0),
+            "{found:?}"
+        );
+        assert_eq!(
+            found.iter().map(|(_, n)| n).sum::<u64>(),
+            *count,
+            "{word}: {found:?}"
+        );
+    }
+    assert!(a.window_store::<String, u64>("nope").is_err());
+    assert!(a.kv_store::<String, u64>("per-second").is_err());
+    a.close(Duration::from_secs(30)).await.unwrap();
 }

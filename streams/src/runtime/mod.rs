@@ -25,7 +25,7 @@ mod commit;
 mod global;
 mod instance;
 mod query;
-pub use query::QueryableKvStore;
+pub use query::{QueryableKvStore, QueryableWindowStore};
 mod restore;
 mod standby;
 pub(crate) mod topics;

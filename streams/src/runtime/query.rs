@@ -179,7 +179,107 @@ impl<K: Serde, V: Serde> QueryableKvStore<K, V> {
     }
 }
 
+/// A read-only view of a window store across the tasks running on this
+/// instance (and, on request, its standbys); see
+/// [`KafkaStreams::window_store`]. Reads committed windows only.
+pub struct QueryableWindowStore<K, V> {
+    tasks: QueryableKvStore<K, V>,
+    retention: std::time::Duration,
+    segment: std::time::Duration,
+}
+
+impl<K, V> std::fmt::Debug for QueryableWindowStore<K, V> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("QueryableWindowStore")
+            .field("name", &self.tasks.name)
+            .field("subtopology", &self.tasks.subtopology)
+            .finish()
+    }
+}
+
+impl<K: Serde, V: Serde> QueryableWindowStore<K, V> {
+    /// The committed windows of `key` starting in `[from, to]` (ms), in
+    /// time order, as (window start, value); empty when the key's task
+    /// does not answer here.
+    ///
+    /// # Errors
+    ///
+    /// A null key, a store error, or bytes that do not decode.
+    pub fn fetch(&self, key: &K, from: i64, to: i64) -> Result<Vec<(i64, V)>> {
+        let name = &self.tasks.name;
+        let k = key
+            .serialize()
+            .ok_or_else(|| query_err(name, "a null key"))?;
+        let Some(store) = self.tasks.store_of(self.tasks.task_of(&k)) else {
+            return Ok(Vec::new());
+        };
+        let window = if self.tasks.in_memory {
+            store.in_memory_window_store(name, self.retention, self.segment, None)
+        } else {
+            store.window_store(name, self.retention, self.segment)
+        }
+        .map_err(|e| StreamsError::store(name.clone(), e))?;
+        window
+            .fetch_committed(&k, from, to)
+            .map_err(|e| StreamsError::store(name.clone(), e))?
+            .into_iter()
+            .map(|e| Ok((e.window_start, V::deserialize(Some(&e.value))?)))
+            .collect()
+    }
+
+    /// As [`QueryableKvStore::enable_stale_stores`].
+    #[must_use]
+    pub fn enable_stale_stores(mut self) -> Self {
+        self.tasks.stale = true;
+        self
+    }
+
+    /// The tasks of this store that answer here.
+    pub fn local_tasks(&self) -> Vec<TaskId> {
+        self.tasks.local_tasks()
+    }
+}
+
 impl KafkaStreams {
+    /// A read-only view of window store `name` (committed windows of the
+    /// tasks running here).
+    ///
+    /// ```no_run
+    /// # async fn demo(streams: weir_streams::KafkaStreams) -> weir_streams::Result<()> {
+    /// let per_minute = streams.window_store::<String, u64>("views-per-minute")?;
+    /// for (start, views) in per_minute.fetch(&"user-7".to_string(), 0, i64::MAX)? {
+    ///     println!("{start}: {views}");
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// A name that is not a window store of the topology.
+    pub fn window_store<K: Serde, V: Serde>(
+        &self,
+        name: &str,
+    ) -> Result<QueryableWindowStore<K, V>> {
+        let (subtopology, partitions, kind, in_memory) = self.store_layout(name)?;
+        let StoreType::Window { retention, segment } = kind else {
+            return Err(query_err(name, "not a window store"));
+        };
+        Ok(QueryableWindowStore {
+            tasks: QueryableKvStore {
+                rt: Arc::clone(&self.runtime),
+                name: name.to_owned(),
+                subtopology,
+                partitions,
+                in_memory,
+                stale: false,
+                _types: PhantomData,
+            },
+            retention,
+            segment,
+        })
+    }
+
     fn store_layout(&self, name: &str) -> Result<(u32, i32, StoreType, bool)> {
         let rt = &self.runtime;
         let count = u32::try_from(rt.topology.subtopology_count()).unwrap_or(0);
