@@ -262,6 +262,9 @@ impl StreamsConfig {
         // Streams reads from the start of a partition without a committed
         // offset, as Kafka Streams does.
         consumer.auto_offset_reset = weir_client::config::consumer::AutoOffsetReset::Earliest;
+        // Kafka Streams' consumer override (the plain consumer's is 500):
+        // fewer, larger batches, each a trip through a blocking job.
+        consumer.max_poll_records = 1000;
         StreamsConfig {
             application_id: application_id.into(),
             threads: 1,
@@ -573,6 +576,31 @@ mod tests {
         );
         assert_eq!(instance_id_from(env(&[]), kernel), Some("node-7".into()));
         assert_eq!(instance_id_from(env(&[]), || None), None);
+    }
+
+    #[test]
+    fn max_poll_records_defaults_to_kafka_streams_1000_and_can_be_set() {
+        let props = |extra: &[(&'static str, &'static str)]| {
+            let mut p = vec![
+                ("application.id", "app"),
+                ("bootstrap.servers", "localhost:9092"),
+            ];
+            p.extend_from_slice(extra);
+            StreamsConfig::from_properties(&p).unwrap()
+        };
+        assert_eq!(props(&[]).consumer.max_poll_records, 1000);
+        assert_eq!(
+            props(&[("max.poll.records", "200")])
+                .consumer
+                .max_poll_records,
+            200
+        );
+        assert_eq!(
+            props(&[("consumer.max.poll.records", "300")])
+                .consumer
+                .max_poll_records,
+            300
+        );
     }
 
     #[test]
