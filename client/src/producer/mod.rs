@@ -361,7 +361,7 @@ impl Producer {
         receivers: Receivers,
     ) -> Result<()> {
         let shared = &self.handle.shared;
-        let prepared = self.prepare(record).await?;
+        let prepared = self.prepare(record, None).await?;
         let memory = self
             .reserve(&prepared.topic, prepared.size, prepared.deadline)
             .await?;
@@ -417,13 +417,21 @@ impl Producer {
         groups: [Option<Arc<group::GroupShared>>; 2],
     ) -> Result<()> {
         let shared = &self.handle.shared;
-        let mut prepared = Vec::with_capacity(records.len());
+        let mut prepared: Vec<Prepared> = Vec::with_capacity(records.len());
         for record in records {
-            prepared.push(self.prepare(record).await?);
+            // Records of one list mostly share a topic: its partition count
+            // is looked up once, not per record.
+            let known = prepared
+                .last()
+                .filter(|p| p.topic == record.topic)
+                .map(|p| p.partitions);
+            prepared.push(self.prepare(record, known).await?);
         }
         // In chunks that fit `buffer.memory` (a chunk waits for room as a
-        // single record does).
-        let limit = shared.memory_limit();
+        // single record does), and a reservation's u32 of permits.
+        let limit = shared
+            .memory_limit()
+            .min(usize::try_from(u32::MAX).unwrap_or(usize::MAX));
         let mut rest = prepared.into_iter().peekable();
         while rest.peek().is_some() {
             let mut chunk = Vec::new();
@@ -464,8 +472,9 @@ impl Producer {
     }
 
     /// Checks `record` against the size limits and its topic's partitions
-    /// (fetching metadata if the cache has none).
-    async fn prepare(&self, record: ProducerRecord) -> Result<Prepared> {
+    /// (`known`, or from the metadata cache, fetching it if the cache has
+    /// none).
+    async fn prepare(&self, record: ProducerRecord, known: Option<i32>) -> Result<Prepared> {
         let shared = &self.handle.shared;
         if shared.closed.load(Ordering::Acquire) {
             return Err(ClientError::Closed);
@@ -494,7 +503,8 @@ impl Producer {
         let deadline = Instant::now() + options.max_block;
         let cluster = &shared.cluster;
         // Fresh cached metadata is the common case: no request, no timer.
-        let partitions = match cluster.fresh_partition_count(&record.topic) {
+        let cached = || known.map(|n| usize::try_from(n).unwrap_or(0));
+        let partitions = match cached().or_else(|| cluster.fresh_partition_count(&record.topic)) {
             Some(n) => n,
             None => tokio::time::timeout_at(
                 deadline,

@@ -93,6 +93,21 @@ pub struct Metrics {
     pub standby_records: u64,
 }
 
+type Published = Mutex<BTreeMap<TaskId, weir_store::TaskStore>>;
+
+/// Puts `task`'s store in `map` (`Some`) or takes it out (`None`).
+fn publish(map: &Published, task: TaskId, store: Option<&weir_store::TaskStore>) {
+    let mut q = map.lock().unwrap_or_else(PoisonError::into_inner);
+    match store {
+        Some(s) => {
+            q.insert(task, s.clone());
+        }
+        None => {
+            q.remove(&task);
+        }
+    }
+}
+
 /// What every worker of an instance shares.
 pub(crate) struct Runtime {
     pub(crate) config: StreamsConfig,
@@ -133,10 +148,10 @@ pub(crate) struct Runtime {
     pub(crate) offset_sums: Arc<Mutex<BTreeMap<TaskId, i64>>>,
     /// The stores of the tasks running here, for interactive queries
     /// (committed data only).
-    pub(crate) queryable: Mutex<BTreeMap<TaskId, weir_store::TaskStore>>,
+    pub(crate) queryable: Published,
     /// The stores of the standbys (and warmups) kept here, for queries
     /// that accept stale data (`QueryableKvStore::enable_stale_stores`).
-    pub(crate) standby_queryable: Mutex<BTreeMap<TaskId, weir_store::TaskStore>>,
+    pub(crate) standby_queryable: Published,
     /// Each task's state, lag, restore progress and ownership history.
     pub(crate) board: Arc<board::TaskBoard>,
     started: tokio::time::Instant,
@@ -160,38 +175,16 @@ impl Runtime {
     /// (`None`) before the task closes, so no query holds a store a closing
     /// task must close.
     pub(crate) fn publish_store(&self, task: TaskId, store: Option<&weir_store::TaskStore>) {
-        let mut q = self
-            .queryable
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        match store {
-            Some(s) => {
-                q.insert(task, s.clone());
-            }
-            None => {
-                q.remove(&task);
-            }
-        }
+        publish(&self.queryable, task, store);
     }
 
-    /// Makes a standby's stores queryable (`Some`), or withdraws them.
+    /// The same for a standby's stores.
     pub(crate) fn publish_standby_store(
         &self,
         task: TaskId,
         store: Option<&weir_store::TaskStore>,
     ) {
-        let mut q = self
-            .standby_queryable
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        match store {
-            Some(s) => {
-                q.insert(task, s.clone());
-            }
-            None => {
-                q.remove(&task);
-            }
-        }
+        publish(&self.standby_queryable, task, store);
     }
 
     /// Records that worker `index` went round its loop.

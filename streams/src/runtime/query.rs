@@ -266,18 +266,29 @@ impl KafkaStreams {
             return Err(query_err(name, "not a window store"));
         };
         Ok(QueryableWindowStore {
-            tasks: QueryableKvStore {
-                rt: Arc::clone(&self.runtime),
-                name: name.to_owned(),
-                subtopology,
-                partitions,
-                in_memory,
-                stale: false,
-                _types: PhantomData,
-            },
+            tasks: self.tasks_of(name, subtopology, partitions, in_memory),
             retention,
             segment,
         })
+    }
+
+    /// The per-task view both kinds of queryable store read through.
+    fn tasks_of<K, V>(
+        &self,
+        name: &str,
+        subtopology: u32,
+        partitions: i32,
+        in_memory: bool,
+    ) -> QueryableKvStore<K, V> {
+        QueryableKvStore {
+            rt: Arc::clone(&self.runtime),
+            name: name.to_owned(),
+            subtopology,
+            partitions,
+            in_memory,
+            stale: false,
+            _types: PhantomData,
+        }
     }
 
     fn store_layout(&self, name: &str) -> Result<(u32, i32, StoreType, bool)> {
@@ -319,15 +330,7 @@ impl KafkaStreams {
         if !matches!(kind, StoreType::KeyValue) {
             return Err(query_err(name, "not a key-value store"));
         }
-        Ok(QueryableKvStore {
-            rt: Arc::clone(&self.runtime),
-            name: name.to_owned(),
-            subtopology,
-            partitions,
-            in_memory,
-            stale: false,
-            _types: PhantomData,
-        })
+        Ok(self.tasks_of(name, subtopology, partitions, in_memory))
     }
 
     /// Which instance (its `application.server`) runs the task of store
