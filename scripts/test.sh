@@ -14,7 +14,9 @@
 #    the weir CLI against librdkafka's mock cluster (scripts/interop/probe_mock_cluster.sh:
 #    ApiVersions downgrade), the weir-streams examples as processes (scripts/examples_e2e.sh), a rolling deploy
 #    of wordcount processes (scripts/rolling_deploy_procs.py),
-#    doc tests, and a compile check of the fuzz targets.
+#    doc tests, a compile check of the fuzz targets, and benches/peers built and run once
+#    with tiny sizes (scripts/peers_smoke.sh; under CI it apt-get installs librocksdb-dev
+#    and libclang-dev).
 #
 # Every cargo step runs even if an earlier one failed, so one run shows all problems; the
 # exit status is non-zero if any step failed. Tests see:
@@ -203,11 +205,12 @@ step doctests cargo test --workspace --doc
 # Issue 17: the fuzz targets (their own workspace, fuzz/) must keep compiling against the
 # crates they drive; running them needs cargo-fuzz (scripts/fuzz_smoke.sh, fuzz/README.md).
 step fuzz-targets-build cargo check --manifest-path fuzz/Cargo.toml --bins --examples
-# Issue 18: benches/peers (Weir against rust-rdkafka and RocksDB) is deliberately not built
-# here, not even by `cargo check`: it links Debian's librocksdb-dev through bindgen
-# (libclang-dev), which .ci/run's "no apt-get" cannot provide; the alternative is RocksDB's
-# C++ source build (not timed; its .cargo/config.toml puts it at 20+ minutes on 2 cores),
-# far over the ~5 minute budget. Run it by hand (benches/README.md).
+# Issue 18: benches/peers (Weir against rust-rdkafka and RocksDB, its own workspace) built
+# in debug and run once with 2,000 records, every phase, on the testkit binary above, so
+# its use of the client and store APIs cannot rot. Under CI it apt-get installs Debian's
+# librocksdb-dev and libclang-dev (linked through bindgen; RocksDB is not compiled).
+# About 110 s from a cold benches/peers/target, mostly librdkafka's C build.
+step peers-bench "$SCRIPT_DIR/peers_smoke.sh" "${WEIR_TESTKIT_BIN:-}"
 
 # ---- summary -----------------------------------------------------------------------------
 section "summary"

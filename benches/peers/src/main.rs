@@ -30,7 +30,7 @@ use weir_client::config::ClientConfig;
 use weir_client::config::consumer::{AutoOffsetReset, ConsumerOptions};
 use weir_client::config::producer::{Acks, ProducerOptions};
 use weir_client::consumer::{Consumer, SeekTo, TopicPartition};
-use weir_client::producer::{Producer, ProducerRecord};
+use weir_client::producer::{DeliveryGroup, Producer, ProducerRecord};
 use weir_protocol::records::Compression;
 use weir_store::{ChangelogPartition, ChangelogRecord, RestorePath, StoreOptions, TaskStore};
 
@@ -44,6 +44,8 @@ const RESTORE_VALUE_LEN: usize = 100;
 const PRODUCE_PARTITIONS: i32 = 3;
 /// Distinct keys and values the producers cycle through (made before timing).
 const POOL: usize = 1024;
+/// Records per `Producer::enqueue_all_into` call of the Weir produce runs.
+const ENQUEUE_CHUNK: usize = 1_000;
 /// RocksDB write batches of the rdkafka restore baseline, as Kafka Streams.
 const ROCKSDB_BATCH: usize = 1_000;
 /// The result line a child prints for its parent.
@@ -324,17 +326,35 @@ async fn produce_weir(bootstrap: &str, topic: &str, args: &Args) -> Result<()> {
         )
         .await?;
     let timer = Timer::start()?;
-    let mut deliveries = Vec::with_capacity(args.records);
-    for i in 0..args.records {
-        let record = ProducerRecord::new(topic)
-            .with_key(keys[i % POOL].clone())
-            .with_value(values[i % POOL].clone());
-        deliveries.push(producer.enqueue(record).await?);
+    // The batch API, as the streams runtime sends: `ENQUEUE_CHUNK` records
+    // per call, every outcome counted in one group instead of a future each.
+    let group = DeliveryGroup::new();
+    let mut i = 0;
+    while i < args.records {
+        let end = (i + ENQUEUE_CHUNK).min(args.records);
+        let chunk = (i..end)
+            .map(|j| {
+                ProducerRecord::new(topic)
+                    .with_key(keys[j % POOL].clone())
+                    .with_value(values[j % POOL].clone())
+            })
+            .collect();
+        producer.enqueue_all_into(chunk, &group).await?;
+        i = end;
     }
-    for d in deliveries {
-        d.await?;
-    }
+    // As rdkafka's side: flush (no linger wait for the last batches), then
+    // every record acknowledged.
+    producer.flush().await;
+    let ends = group.wait().await?;
     timer.finish(args.records)?;
+    // A fresh topic holding the warm-up record and these: the offsets after
+    // the last records written add up to all of them (the warm-up record's
+    // partition may have had none of the group's).
+    let written: i64 = ends.values().sum();
+    let expected = args.records as i64;
+    if written != expected && written != expected + 1 {
+        return Err(format!("weir: {written} records written, {expected} enqueued").into());
+    }
     producer.close().await;
     Ok(())
 }
@@ -405,12 +425,17 @@ fn produce_rdkafka(bootstrap: &str, topic: &str, args: &Args) -> Result<()> {
     timer.finish(args.records)
 }
 
-fn weir_consumer(cluster: Cluster, topic: &str, partitions: i32) -> Result<Consumer> {
+fn weir_consumer(cluster: Cluster) -> Consumer {
     let options = ConsumerOptions {
         auto_offset_reset: AutoOffsetReset::Earliest,
         ..Default::default()
     };
-    let mut consumer = Consumer::with_cluster(cluster, options);
+    Consumer::with_cluster(cluster, options)
+}
+
+/// Assigns partitions `0..partitions` of `topic`, each from offset 0 (no I/O
+/// until the first poll).
+fn weir_assign(consumer: &mut Consumer, topic: &str, partitions: i32) -> Result<()> {
     let tps: Vec<_> = (0..partitions)
         .map(|p| TopicPartition::new(topic, p))
         .collect();
@@ -421,12 +446,18 @@ fn weir_consumer(cluster: Cluster, topic: &str, partitions: i32) -> Result<Consu
         // leader before the first fetch (benches/README.md).
         consumer.seek(tp, SeekTo::Offset(0))?;
     }
-    Ok(consumer)
+    Ok(())
 }
 
+/// The consume runs' clock starts once the consumer exists and holds the
+/// topic's metadata, on both sides (`rdkafka_connected`), and stops after
+/// the last record: it times assign, the first fetches and the reads.
 async fn consume_weir(bootstrap: &str, topic: &str, args: &Args) -> Result<()> {
+    let cluster = connect(bootstrap).await?;
+    cluster.refresh_metadata(&[topic]).await?;
+    let mut consumer = weir_consumer(cluster);
     let timer = Timer::start()?;
-    let mut consumer = weir_consumer(connect(bootstrap).await?, topic, args.partitions)?;
+    weir_assign(&mut consumer, topic, args.partitions)?;
     let (mut n, mut bytes) = (0, 0usize);
     while n < args.records {
         let records = consumer.poll().await?;
@@ -456,23 +487,40 @@ fn rdkafka_config(bootstrap: &str) -> rdkafka::ClientConfig {
     config
 }
 
-fn rdkafka_consumer(bootstrap: &str, topic: &str, partitions: i32) -> Result<BaseConsumer> {
-    let consumer: BaseConsumer = rdkafka_config(bootstrap)
+fn rdkafka_consumer(bootstrap: &str) -> Result<BaseConsumer> {
+    Ok(rdkafka_config(bootstrap)
         .set("group.id", "weir-peers")
         .set("enable.auto.commit", "false")
         .set("enable.partition.eof", "false")
-        .create()?;
+        .create()?)
+}
+
+/// Waits until librdkafka has a broker connection and `topic`'s metadata:
+/// `create` returns before either (its threads connect in the background).
+fn rdkafka_connected(consumer: &BaseConsumer, topic: &str) -> Result<()> {
+    let md = consumer.fetch_metadata(Some(topic), Duration::from_secs(30))?;
+    if md.topics().iter().all(|t| t.name() != topic) {
+        return Err(format!("rdkafka: no metadata for {topic}").into());
+    }
+    Ok(())
+}
+
+/// Assigns partitions `0..partitions` of `topic`, each from offset 0
+/// (librdkafka starts fetching at once).
+fn rdkafka_assign(consumer: &BaseConsumer, topic: &str, partitions: i32) -> Result<()> {
     let mut tpl = rdkafka::TopicPartitionList::new();
     for p in 0..partitions {
         tpl.add_partition_offset(topic, p, rdkafka::Offset::Offset(0))?;
     }
     consumer.assign(&tpl)?;
-    Ok(consumer)
+    Ok(())
 }
 
 fn consume_rdkafka(bootstrap: &str, topic: &str, args: &Args) -> Result<()> {
+    let consumer = rdkafka_consumer(bootstrap)?;
+    rdkafka_connected(&consumer, topic)?;
     let timer = Timer::start()?;
-    let consumer = rdkafka_consumer(bootstrap, topic, args.partitions)?;
+    rdkafka_assign(&consumer, topic, args.partitions)?;
     let (mut n, mut bytes) = (0, 0usize);
     while n < args.records {
         match consumer.poll(Duration::from_millis(100)) {
@@ -514,7 +562,8 @@ async fn restore_weir(bootstrap: &str, topic: &str, args: &Args) -> Result<()> {
     let timer = Timer::start()?;
     let task = TaskStore::open(dir.path().join("task"), StoreOptions::default())?;
     let mut restorer = empty_restorer(&task, end)?;
-    let mut consumer = weir_consumer(connect(bootstrap).await?, topic, 1)?;
+    let mut consumer = weir_consumer(connect(bootstrap).await?);
+    weir_assign(&mut consumer, topic, 1)?;
     let mut n = 0;
     while n < args.restore_records {
         let records = consumer.poll().await?;
@@ -553,7 +602,8 @@ fn restore_rocksdb(bootstrap: &str, topic: &str, args: &Args) -> Result<()> {
     let db = rocksdb::DB::open(&opts, dir.path().join("rocksdb"))?;
     let mut write = rocksdb::WriteOptions::default();
     write.disable_wal(true);
-    let consumer = rdkafka_consumer(bootstrap, topic, 1)?;
+    let consumer = rdkafka_consumer(bootstrap)?;
+    rdkafka_assign(&consumer, topic, 1)?;
     let mut batch = rocksdb::WriteBatch::default();
     let mut n = 0;
     while n < args.restore_records {
