@@ -25,7 +25,6 @@
 //! next start restores the tail.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
 
 use weir_client::consumer::TopicPartition;
 use weir_client::producer::{DeliveryGroup, Producer};
@@ -42,7 +41,7 @@ pub(crate) struct Active {
     pub(crate) store: Option<TaskStore>,
     pub(crate) inputs: Vec<TopicPartition>,
     /// At-least-once, stateful tasks: the task's changelog fence.
-    pub(crate) fence: Option<Arc<TransactionalProducer>>,
+    pub(crate) fence: Option<TransactionalProducer>,
     /// The changelog records sent since the last commit.
     pub(crate) changelog: DeliveryGroup,
     /// Something was processed since the last commit.

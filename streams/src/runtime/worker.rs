@@ -103,15 +103,10 @@ fn to_raw(r: ConsumerRecord) -> RawRecord {
 fn by_timestamp(records: Vec<RawRecord>) -> Vec<RawRecord> {
     let mut queues: Vec<((String, i32), std::collections::VecDeque<RawRecord>)> = Vec::new();
     for r in records {
-        match queues
-            .iter_mut()
-            .find(|((topic, partition), _)| *partition == r.partition && *topic == r.topic)
-        {
+        let tp = (r.topic.clone(), r.partition);
+        match queues.iter_mut().find(|(k, _)| *k == tp) {
             Some((_, q)) => q.push_back(r),
-            None => queues.push((
-                (r.topic.clone(), r.partition),
-                std::collections::VecDeque::from([r]),
-            )),
+            None => queues.push((tp, std::collections::VecDeque::from([r]))),
         }
     }
     if queues.len() < 2 {
@@ -130,130 +125,6 @@ fn by_timestamp(records: Vec<RawRecord>) -> Vec<RawRecord> {
         if let Some(r) = queues.get_mut(i).and_then(|(_, q)| q.pop_front()) {
             out.push(r);
         }
-    }
-}
-
-/// How many records a processing job takes at most (see
-/// [`Worker::process`]): small enough that a batch of `max.poll.records`
-/// (1,000 by default) makes several jobs to overlap with the sends, large
-/// enough that a job's hand-off to the blocking pool stays a small cost.
-const JOB_RECORDS: usize = 250;
-
-/// A batch's records cut into jobs of at most `limit` records, each task's
-/// records in [`by_timestamp`] order and in consecutive jobs.
-fn jobs(
-    by_task: BTreeMap<TaskId, Vec<RawRecord>>,
-    limit: usize,
-) -> Vec<Vec<(TaskId, Vec<RawRecord>)>> {
-    let limit = limit.max(1);
-    let mut jobs = Vec::new();
-    let mut job: Vec<(TaskId, Vec<RawRecord>)> = Vec::new();
-    let mut in_job = 0;
-    for (id, records) in by_task {
-        let mut records = by_timestamp(records).into_iter().peekable();
-        while records.peek().is_some() {
-            let part: Vec<RawRecord> = records.by_ref().take(limit - in_job).collect();
-            in_job += part.len();
-            job.push((id, part));
-            if in_job >= limit {
-                jobs.push(std::mem::take(&mut job));
-                in_job = 0;
-            }
-        }
-    }
-    if !job.is_empty() {
-        jobs.push(job);
-    }
-    jobs
-}
-
-/// What a task wrote since its writes were last taken, with the handles
-/// they are sent through: a job may hold the task itself meanwhile.
-struct TaskWrites {
-    id: TaskId,
-    outputs: Vec<OutputRecord>,
-    changelog: Vec<OutputRecord>,
-    /// The task's changelog fence (at-least-once, stateful tasks).
-    fence: Option<Arc<TransactionalProducer>>,
-    /// The task's changelog records sent since its last commit.
-    group: DeliveryGroup,
-}
-
-impl TaskWrites {
-    /// The task's outputs and the changelog records due now (a caching
-    /// store's wait for the commit).
-    fn take(id: TaskId, active: &mut Active) -> Self {
-        let changelog = active.task.take_changelog_due();
-        Self::with_changelog(id, active, changelog)
-    }
-
-    fn with_changelog(id: TaskId, active: &mut Active, changelog: Vec<OutputRecord>) -> Self {
-        TaskWrites {
-            id,
-            outputs: active.task.take_outputs(),
-            changelog,
-            fence: active.fence.clone(),
-            group: active.changelog.clone(),
-        }
-    }
-
-    fn is_empty(&self) -> bool {
-        self.outputs.is_empty() && self.changelog.is_empty()
-    }
-}
-
-/// A processing job's result: its tasks back, how many records it
-/// processed (or the error that stopped it), the skip set back, and the
-/// record that failed.
-struct JobDone {
-    batch: Vec<(TaskId, Active, Vec<RawRecord>)>,
-    result: Result<u64>,
-    skip: BTreeSet<(String, i32, i64)>,
-    failed: Option<(String, i32, i64)>,
-}
-
-/// Runs a job's records through their tasks (on a blocking thread).
-fn run_job(
-    mut batch: Vec<(TaskId, Active, Vec<RawRecord>)>,
-    mut skip: BTreeSet<(String, i32, i64)>,
-    handling: DeserializationHandling,
-) -> JobDone {
-    let mut result = Ok(0u64);
-    let mut failed = None;
-    'tasks: for (_, active, records) in &mut batch {
-        for r in records.iter() {
-            // (No key is built while nothing is to be skipped: the usual case.)
-            if !skip.is_empty() && skip.remove(&(r.topic.clone(), r.partition, r.offset)) {
-                tracing::warn!(task = %active.task.id(), topic = %r.topic, partition = r.partition, offset = r.offset, "skipping a record whose processing failed");
-                active.task.skip(&r.topic, r.offset);
-                active.dirty = true;
-                continue;
-            }
-            match active.task.process(r) {
-                Ok(()) => {}
-                Err(StreamsError::Serde(e))
-                    if handling == DeserializationHandling::LogAndContinue =>
-                {
-                    tracing::warn!(task = %active.task.id(), topic = %r.topic, partition = r.partition, offset = r.offset, error = %e, "skipping a record that does not deserialize");
-                    active.task.skip(&r.topic, r.offset);
-                }
-                Err(e) => {
-                    failed = Some((r.topic.clone(), r.partition, r.offset));
-                    result = Err(e);
-                    break 'tasks;
-                }
-            }
-            active.dirty = true;
-            if let Ok(n) = &mut result {
-                *n += 1;
-            }
-        }
-    }
-    JobDone {
-        batch,
-        result,
-        skip,
-        failed,
     }
 }
 
@@ -452,7 +323,11 @@ impl Worker {
             active.task.punctuate_wall_clock(now)?;
             // A punctuator's store writes are committed like a record's.
             active.dirty |= active.task.has_changelog();
-            outputs.push(TaskWrites::take(*id, active));
+            outputs.push((
+                *id,
+                active.task.take_outputs(),
+                active.task.take_changelog_due(),
+            ));
         }
         self.send(outputs).await?;
         if self.last_commit.elapsed() >= self.rt.config.commit_interval {
@@ -571,7 +446,7 @@ impl Worker {
                 task,
                 store: prepared.store,
                 inputs,
-                fence: prepared.fence.map(Arc::new),
+                fence: prepared.fence,
                 changelog: DeliveryGroup::new(),
                 dirty: false,
             },
@@ -580,14 +455,6 @@ impl Worker {
 
     /// Runs a polled batch through its tasks on a blocking thread, then sends
     /// what they wrote.
-    ///
-    /// The batch runs as jobs of at most [`JOB_RECORDS`] records, and each
-    /// job's writes are sent while the next job runs: the worker's sends
-    /// (encoding into the producer's batches) overlap the processing of the
-    /// records after them, instead of the two taking turns. Per partition
-    /// the writes keep their order (a job's are sent before the next job's),
-    /// and when this returns every write of the batch is sent, as before:
-    /// a commit never runs with a job in flight.
     async fn process(&mut self, records: Vec<ConsumerRecord>) -> Result<()> {
         if records.is_empty() {
             return Ok(());
@@ -608,74 +475,88 @@ impl Worker {
                 by_task.entry(id).or_default().push(to_raw(r));
             }
         }
-        let mut pending: Vec<TaskWrites> = Vec::new();
-        for job in jobs(by_task, JOB_RECORDS) {
-            if !pending.is_empty() && !self.writable() {
-                // Every task is in `self.tasks` here: `send` suspends them
-                // all before anything of this batch is written.
-                return self.send(pending).await;
+        let mut batch: Vec<(TaskId, Active, Vec<RawRecord>)> = Vec::new();
+        for (id, records) in by_task {
+            if let Some(task) = self.tasks.remove(&id) {
+                batch.push((id, task, by_timestamp(records)));
             }
-            let mut batch: Vec<(TaskId, Active, Vec<RawRecord>)> = Vec::new();
-            for (id, records) in job {
-                if let Some(task) = self.tasks.remove(&id) {
-                    batch.push((id, task, records));
+        }
+        let handling = self.rt.config.deserialization;
+        let mut skip = std::mem::take(&mut self.skip);
+        let (batch, result, skip, failed) = tokio::task::spawn_blocking(move || {
+            let mut batch = batch;
+            let mut result = Ok(0u64);
+            let mut failed = None;
+            'tasks: for (_, active, records) in &mut batch {
+                for r in records.iter() {
+                    if skip.remove(&(r.topic.clone(), r.partition, r.offset)) {
+                        tracing::warn!(task = %active.task.id(), topic = %r.topic, partition = r.partition, offset = r.offset, "skipping a record whose processing failed");
+                        active.task.skip(&r.topic, r.offset);
+                        active.dirty = true;
+                        continue;
+                    }
+                    match active.task.process(r) {
+                        Ok(()) => {}
+                        Err(StreamsError::Serde(e)) if handling == DeserializationHandling::LogAndContinue => {
+                            tracing::warn!(task = %active.task.id(), topic = %r.topic, partition = r.partition, offset = r.offset, error = %e, "skipping a record that does not deserialize");
+                            active.task.skip(&r.topic, r.offset);
+                        }
+                        Err(e) => {
+                            failed = Some((r.topic.clone(), r.partition, r.offset));
+                            result = Err(e);
+                            break 'tasks;
+                        }
+                    }
+                    active.dirty = true;
+                    if let Ok(n) = &mut result {
+                        *n += 1;
+                    }
                 }
             }
-            let handling = self.rt.config.deserialization;
-            let skip = std::mem::take(&mut self.skip);
-            let running = tokio::task::spawn_blocking(move || run_job(batch, skip, handling));
-            // The lease was checked above with no await since: the previous
-            // job's writes go out (behind the lease's gate and the tasks'
-            // fences) while this job runs.
-            let (sent, ran) = tokio::join!(self.write(std::mem::take(&mut pending)), running);
-            let JobDone {
-                batch,
-                result,
-                skip,
-                failed,
-            } = ran.map_err(|e| StreamsError::NotRunning(format!("processing job: {e}")))?;
-            for (id, mut active, _) in batch {
-                // A caching store's changelog records wait for the commit
-                // (each key's latest write), unless they outgrow
-                // `cache.max.bytes.buffering`.
-                pending.push(TaskWrites::take(id, &mut active));
-                self.tasks.insert(id, active);
-            }
-            self.skip = skip;
-            sent?;
-            if let (Err(StreamsError::Process { .. }), Some(at)) = (&result, failed)
-                && self.rt.config.processing_errors == ProcessingErrorHandling::SkipRecord
-            {
-                self.skip.insert(at);
-            }
-            let processed = result?;
-            self.rt
-                .counters
-                .processed
-                .fetch_add(processed, Ordering::Relaxed);
+            (batch, result, skip, failed)
+        })
+        .await
+        .map_err(|e| StreamsError::NotRunning(format!("processing job: {e}")))?;
+        let mut outputs = Vec::new();
+        for (id, mut active, _) in batch {
+            // A caching store's changelog records wait for the commit (each
+            // key's latest write), unless they outgrow
+            // `cache.max.bytes.buffering`.
+            outputs.push((
+                id,
+                active.task.take_outputs(),
+                active.task.take_changelog_due(),
+            ));
+            self.tasks.insert(id, active);
         }
-        self.send(pending).await
+        self.skip = skip;
+        if let (Err(StreamsError::Process { .. }), Some(at)) = (&result, failed)
+            && self.rt.config.processing_errors == ProcessingErrorHandling::SkipRecord
+        {
+            self.skip.insert(at);
+        }
+        let processed = result?;
+        self.rt
+            .counters
+            .processed
+            .fetch_add(processed, Ordering::Relaxed);
+        self.send(outputs).await
     }
 
     /// Sends what tasks wrote: outputs through the worker's producer,
     /// changelogs through each task's fence (at-least-once) or all through
     /// the worker's transaction (exactly-once).
-    async fn send(&mut self, written: Vec<TaskWrites>) -> Result<()> {
-        if written.iter().all(TaskWrites::is_empty) {
+    async fn send(
+        &mut self,
+        written: Vec<(TaskId, Vec<OutputRecord>, Vec<OutputRecord>)>,
+    ) -> Result<()> {
+        if written.iter().all(|(_, o, c)| o.is_empty() && c.is_empty()) {
             return Ok(());
         }
         if !self.writable() {
             // Staged writes whose changelog records are not sent must never
             // be committed: drop the tasks' uncommitted work.
             self.suspend_all("the membership lease ended").await;
-            return Ok(());
-        }
-        self.write(written).await
-    }
-
-    /// [`Worker::send`] after its lease check, which the caller has made.
-    async fn write(&mut self, written: Vec<TaskWrites>) -> Result<()> {
-        if written.iter().all(TaskWrites::is_empty) {
             return Ok(());
         }
         if let Some(pause) = self.rt.config.pause_before_write.due() {
@@ -687,14 +568,7 @@ impl Worker {
         let Some(producers) = self.producers.as_ref() else {
             return Ok(());
         };
-        for TaskWrites {
-            id,
-            outputs,
-            changelog,
-            fence,
-            group,
-        } in written
-        {
+        for (id, outputs, changelog) in written {
             // Each list joins its batches in one step (one lock, one memory
             // reservation), not one per record.
             if !outputs.is_empty() {
@@ -714,12 +588,15 @@ impl Worker {
                 }
                 .map_err(|e| StreamsError::client(format!("task {id}: output"), e))?;
             }
+            let Some(active) = self.tasks.get_mut(&id) else {
+                continue;
+            };
             if changelog.is_empty() {
                 continue;
             }
             let records: Vec<ProducerRecord> = changelog.into_iter().map(producer_record).collect();
-            let group = &group;
-            match (producers, &fence) {
+            let group = &active.changelog;
+            match (producers, &active.fence) {
                 (Producers::ExactlyOnce(txn), _) => txn.enqueue_all_into(records, group).await,
                 (Producers::AtLeastOnce(_), Some(fence)) => {
                     fence.enqueue_all_into(records, group).await
@@ -805,8 +682,11 @@ impl Worker {
         for (id, active) in &mut self.tasks {
             if active.dirty {
                 active.task.flush()?;
-                let changelog = active.task.take_changelog();
-                flushed.push(TaskWrites::with_changelog(*id, active, changelog));
+                flushed.push((
+                    *id,
+                    active.task.take_outputs(),
+                    active.task.take_changelog(),
+                ));
             }
         }
         self.send(flushed).await?;
@@ -1059,34 +939,5 @@ mod tests {
                 .map(|(t, o)| ((*t).to_owned(), *o))
                 .collect::<Vec<_>>()
         );
-    }
-
-    #[test]
-    fn a_batch_is_cut_into_jobs_that_keep_each_tasks_order() {
-        let mut by_task = BTreeMap::new();
-        let a = TaskId::new(0, 0);
-        let b = TaskId::new(0, 1);
-        by_task.insert(a, (0..5).map(|o| raw("in", o, o)).collect::<Vec<_>>());
-        by_task.insert(b, (0..2).map(|o| raw("in", o, o)).collect::<Vec<_>>());
-        let jobs = jobs(by_task, 3);
-        let shape: Vec<Vec<(TaskId, Vec<i64>)>> = jobs
-            .into_iter()
-            .map(|job| {
-                job.into_iter()
-                    .map(|(id, rs)| (id, rs.iter().map(|r| r.offset).collect()))
-                    .collect()
-            })
-            .collect();
-        // At most 3 records a job; task a's records in order across jobs 1
-        // and 2; task b starts in the job where a ends.
-        assert_eq!(
-            shape,
-            vec![
-                vec![(a, vec![0, 1, 2])],
-                vec![(a, vec![3, 4]), (b, vec![0])],
-                vec![(b, vec![1])],
-            ]
-        );
-        assert!(super::jobs(BTreeMap::new(), 3).is_empty());
     }
 }
