@@ -72,6 +72,45 @@ async fn a_group_gives_each_partitions_end_once_every_record_is_written() {
 
 /// A record of the transaction that fails reaches the caller's tally, and
 /// the commit refuses as it does for a record sent with `send`.
+/// The sender settles a batch's tallies once per batch: two groups and
+/// records with futures of their own, interleaved in the same batches,
+/// each get their own counts and ends.
+#[tokio::test(start_paused = true)]
+async fn groups_sharing_a_batch_each_get_their_own_ends() {
+    let kit = testkit(1, &["out"]).await;
+    let producer = Producer::with_cluster(
+        client(&kit, "shared-batches").await,
+        ProducerOptions {
+            linger: Duration::from_millis(50),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let (a, b) = (DeliveryGroup::new(), DeliveryGroup::new());
+    let mut futures = Vec::new();
+    for i in 0..90 {
+        let record = ProducerRecord::new("out")
+            .with_partition(0)
+            .with_value(format!("v{i}"));
+        match i % 3 {
+            0 => producer.enqueue_into(record, &a).await.unwrap(),
+            // Group b's last record comes before the end of the run.
+            1 if i < 60 => producer.enqueue_into(record, &b).await.unwrap(),
+            _ => futures.push((i, producer.enqueue(record).await.unwrap())),
+        }
+    }
+    assert_eq!((a.pending(), b.pending()), (30, 20));
+    producer.flush().await;
+    let tp = TopicPartition::new("out", 0);
+    // Offsets follow the enqueue order: a's last record is 87, b's 58.
+    assert_eq!(a.wait().await.unwrap(), BTreeMap::from([(tp.clone(), 88)]));
+    assert_eq!(b.wait().await.unwrap(), BTreeMap::from([(tp, 59)]));
+    for (i, f) in futures {
+        assert_eq!(f.await.unwrap().offset, i64::from(i));
+    }
+    assert_eq!((a.pending(), b.pending()), (0, 0));
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_failed_record_in_the_tally_stops_the_commit() {
     use weir_protocol::ApiKey;

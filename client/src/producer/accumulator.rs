@@ -14,7 +14,7 @@ use bytes::Bytes;
 use indexmap::IndexMap;
 use tokio::sync::{OwnedSemaphorePermit, oneshot};
 use tokio::time::Instant;
-use weir_protocol::records::{BatchHeader, RecordInput};
+use weir_protocol::records::{BatchBuilder, BatchHeader, BatchOptions, RecordInput};
 
 use super::group::GroupShared;
 use super::record::{RecordMetadata, SendGate, TopicPartition};
@@ -72,6 +72,13 @@ impl Delivery {
     /// just a tally.
     fn wants_metadata(&self) -> bool {
         self.tx.is_some()
+    }
+
+    /// Takes the tallies that count the record, for a caller that settles
+    /// them itself (the sender, once per batch); [`written`](Self::written)
+    /// and [`failed`](Self::failed) then reach only the record's future.
+    pub(crate) fn take_groups(&mut self) -> [Option<Arc<GroupShared>>; 2] {
+        std::mem::take(&mut self.groups)
     }
 
     /// The record was written at `offset` of `tp`; `append_time` is the
@@ -140,8 +147,11 @@ impl std::fmt::Debug for Delivery {
 pub struct ProducerBatch {
     /// Its partition.
     pub tp: TopicPartition,
-    /// The records, until the batch is encoded for its first send.
-    pub records: Vec<RecordInput>,
+    /// The records, encoded as they arrive (so a record's key, value and
+    /// headers are not kept until the send), until the batch is built for
+    /// its first send; the producer id, epoch, sequence and codec are set
+    /// then.
+    pub builder: Option<BatchBuilder>,
     /// One per record, in order.
     pub deliveries: Vec<Delivery>,
     /// Upper bound of the encoded size, header included.
@@ -173,10 +183,13 @@ pub struct ProducerBatch {
 }
 
 impl ProducerBatch {
-    fn new(tp: TopicPartition, now: Instant) -> Self {
+    fn new(tp: TopicPartition, now: Instant, capacity: usize) -> Self {
         Self {
             tp,
-            records: Vec::new(),
+            builder: Some(BatchBuilder::with_capacity(
+                BatchOptions::default(),
+                capacity,
+            )),
             deliveries: Vec::new(),
             size: BatchHeader::LEN,
             created: now,
@@ -278,7 +291,7 @@ impl Accumulator {
             return false;
         }
         // An oversized record still gets a batch of its own.
-        batch.records.is_empty() || batch.size + size <= rules.batch_size
+        batch.deliveries.is_empty() || batch.size + size <= rules.batch_size
     }
 
     /// Appends a record to `tp`'s open batch or a new one.
@@ -301,7 +314,18 @@ impl Accumulator {
         let mut outcome = Appended::Joined;
         let open = matches!(queue.back(), Some(b) if !b.closed && Self::fits(&self.rules, b, size, gate.as_ref()));
         if !open {
-            queue.push_back(ProducerBatch::new(tp.clone(), now));
+            // A partition whose last batch filled up is busy: its new batch
+            // gets `batch.size` at once rather than growing record by
+            // record. A quiet partition's batch starts small, so thousands
+            // of them do not each hold `batch.size` for a record or two.
+            let busy = queue.back().is_some();
+            let capacity = if busy {
+                self.rules.batch_size.max(BatchHeader::LEN + size)
+            } else {
+                (BatchHeader::LEN + 4 * size)
+                    .min(self.rules.batch_size.max(BatchHeader::LEN + size))
+            };
+            queue.push_back(ProducerBatch::new(tp.clone(), now, capacity));
             outcome = Appended::NewBatch;
         }
         if let Some(batch) = queue.back_mut() {
@@ -309,7 +333,9 @@ impl Accumulator {
                 batch.gate = gate;
             }
             batch.size += size;
-            batch.records.push(record);
+            if let Some(builder) = &mut batch.builder {
+                builder.push_ref(&record);
+            }
             batch.deliveries.push(delivery);
             batch.memory = match (batch.memory.take(), memory) {
                 (Some(mut held), Some(more)) => {

@@ -361,10 +361,12 @@ impl Producer {
         receivers: Receivers,
     ) -> Result<()> {
         let shared = &self.handle.shared;
-        let prepared = self.prepare(record, None).await?;
+        let deadline = Instant::now() + shared.options.max_block;
+        let prepared = self.prepare(record, None, deadline, &mut None).await?;
         let memory = self
             .reserve(&prepared.topic, prepared.size, prepared.deadline)
             .await?;
+        let now = Instant::now();
         let wake = {
             let mut state = shared.lock();
             // Checked again under the lock: the sender exits only when it
@@ -373,7 +375,7 @@ impl Producer {
             if shared.closed.load(Ordering::Acquire) {
                 return Err(ClientError::Closed);
             }
-            self.append(&mut state, prepared, receivers, memory)
+            self.append(&mut state, prepared, receivers, memory, now)
         };
         if wake {
             shared.wake.notify_one();
@@ -417,6 +419,11 @@ impl Producer {
         groups: [Option<Arc<group::GroupShared>>; 2],
     ) -> Result<()> {
         let shared = &self.handle.shared;
+        // One clock reading for the call: `max.block.ms` bounds the whole
+        // call, and records without a timestamp share the call's (a reading
+        // per record was a visible share of the producer's CPU).
+        let deadline = Instant::now() + shared.options.max_block;
+        let mut millis = None;
         let mut prepared: Vec<Prepared> = Vec::with_capacity(records.len());
         for record in records {
             // Records of one list mostly share a topic: its partition count
@@ -425,7 +432,7 @@ impl Producer {
                 .last()
                 .filter(|p| p.topic == record.topic)
                 .map(|p| p.partitions);
-            prepared.push(self.prepare(record, known).await?);
+            prepared.push(self.prepare(record, known, deadline, &mut millis).await?);
         }
         // In chunks that fit `buffer.memory` (a chunk waits for room as a
         // single record does), and a reservation's u32 of permits.
@@ -445,6 +452,7 @@ impl Producer {
                 break;
             };
             let mut memory = self.reserve(&topic, size, deadline).await?;
+            let now = Instant::now();
             let wake = {
                 let mut state = shared.lock();
                 if shared.closed.load(Ordering::Acquire) {
@@ -460,7 +468,7 @@ impl Producer {
                         tx: None,
                         groups: groups.clone(),
                     };
-                    wake |= self.append(&mut state, p, receivers, own);
+                    wake |= self.append(&mut state, p, receivers, own, now);
                 }
                 wake
             };
@@ -473,15 +481,25 @@ impl Producer {
 
     /// Checks `record` against the size limits and its topic's partitions
     /// (`known`, or from the metadata cache, fetching it if the cache has
-    /// none).
-    async fn prepare(&self, record: ProducerRecord, known: Option<i32>) -> Result<Prepared> {
+    /// none), waiting for metadata until `deadline`. A record without a
+    /// timestamp gets `millis`, read from the clock on first need.
+    async fn prepare(
+        &self,
+        record: ProducerRecord,
+        known: Option<i32>,
+        deadline: Instant,
+        millis: &mut Option<i64>,
+    ) -> Result<Prepared> {
         let shared = &self.handle.shared;
         if shared.closed.load(Ordering::Acquire) {
             return Err(ClientError::Closed);
         }
         let options = &shared.options;
         let input = RecordInput {
-            timestamp: record.timestamp.unwrap_or_else(now_millis),
+            timestamp: match record.timestamp {
+                Some(t) => t,
+                None => *millis.get_or_insert_with(now_millis),
+            },
             key: record.key,
             value: record.value,
             headers: record.headers,
@@ -499,8 +517,6 @@ impl Producer {
         if size > shared.memory_limit() {
             return Err(too_large(shared.memory_limit(), "buffer.memory"));
         }
-        // `max.block.ms` bounds the metadata and the memory waits together.
-        let deadline = Instant::now() + options.max_block;
         let cluster = &shared.cluster;
         // Fresh cached metadata is the common case: no request, no timer.
         let cached = || known.map(|n| usize::try_from(n).unwrap_or(0));
@@ -580,6 +596,7 @@ impl Producer {
         prepared: Prepared,
         receivers: Receivers,
         memory: OwnedSemaphorePermit,
+        now: Instant,
     ) -> bool {
         let shared = &self.handle.shared;
         let Prepared {
@@ -633,7 +650,7 @@ impl Producer {
         };
         let appended = state
             .acc
-            .append(&tp, input, delivery, gate, Some(memory), Instant::now());
+            .append(&tp, input, delivery, gate, Some(memory), now);
         appended == Appended::NewBatch
             || state
                 .acc

@@ -21,10 +21,11 @@ use weir_protocol::kafka_protocol::messages::{
     InitProducerIdRequest, ProduceRequest, ProduceResponse, TopicName,
 };
 use weir_protocol::kafka_protocol::protocol::StrBytes;
-use weir_protocol::records::{BatchBuilder, BatchOptions};
+use weir_protocol::records::{BatchOptions, set_producer_state};
 
 use super::accumulator::ProducerBatch;
 use super::dispatch::Ticket;
+use super::group::GroupShared;
 use super::sequence::{DUPLICATE_SEQUENCE_NUMBER, FailureAction};
 use super::{Identity, Shared};
 use crate::ClientError;
@@ -245,23 +246,32 @@ fn encode(
     if idempotent {
         batch.sent_as = Some((identity.producer_id, identity.epoch));
     }
-    if let Some((g, bytes)) = &batch.encoded
-        && *g == generation
-    {
-        return Ok(bytes.clone());
-    }
-    let mut builder = BatchBuilder::new(BatchOptions {
-        compression: shared.options.compression,
-        producer_id: if idempotent { identity.producer_id } else { -1 },
-        producer_epoch: if idempotent { identity.epoch } else { -1 },
-        base_sequence: batch.sequence.map_or(-1, |s| s.base),
-        transactional: shared.transactional_id.is_some(),
-        ..BatchOptions::default()
-    });
-    for record in &batch.records {
-        builder.push(record.clone());
-    }
-    let bytes = builder.build().map_err(|e| e.to_string())?;
+    let producer_id = if idempotent { identity.producer_id } else { -1 };
+    let producer_epoch = if idempotent { identity.epoch } else { -1 };
+    let base_sequence = batch.sequence.map_or(-1, |s| s.base);
+    let bytes = match (batch.encoded.take(), batch.builder.take()) {
+        (Some((g, bytes)), _) if g == generation => bytes,
+        // Sent before under another producer id or epoch: the records stay
+        // as they were encoded, only the header's identity and CRC change.
+        (Some((_, bytes)), _) => {
+            let mut again = bytes.to_vec();
+            set_producer_state(&mut again, producer_id, producer_epoch, base_sequence)
+                .map_err(|e| e.to_string())?;
+            bytes::Bytes::from(again)
+        }
+        (None, Some(mut builder)) => {
+            builder.set_options(BatchOptions {
+                compression: shared.options.compression,
+                producer_id,
+                producer_epoch,
+                base_sequence,
+                transactional: shared.transactional_id.is_some(),
+                ..BatchOptions::default()
+            });
+            builder.build().map_err(|e| e.to_string())?
+        }
+        (None, None) => return Err("the batch's records are gone".to_owned()),
+    };
     batch.encoded = Some((generation, bytes.clone()));
     Ok(bytes)
 }
@@ -611,13 +621,33 @@ fn finish(
 ) {
     let n = batch.record_count();
     let tp = batch.tp;
-    for (i, delivery) in batch.deliveries.into_iter().enumerate() {
-        match outcome {
-            Ok((base, append_time)) => {
+    match outcome {
+        Ok((base, append_time)) => {
+            // Tallies are settled once per batch, not per record (a lock and
+            // a partition lookup per record showed in the producer's
+            // profile): per tally, its records here and the last offset.
+            let mut tallies: Vec<(Arc<GroupShared>, usize, i64)> = Vec::new();
+            for (i, mut delivery) in batch.deliveries.into_iter().enumerate() {
                 let offset = if base < 0 { -1 } else { base + i as i64 };
+                for group in delivery.take_groups().into_iter().flatten() {
+                    match tallies.iter_mut().find(|(g, ..)| Arc::ptr_eq(g, &group)) {
+                        Some((_, count, last)) => {
+                            *count += 1;
+                            *last = (*last).max(offset);
+                        }
+                        None => tallies.push((group, 1, offset)),
+                    }
+                }
                 delivery.written(&tp, offset, append_time);
             }
-            Err(make) => delivery.failed(make),
+            for (group, count, last) in tallies {
+                group.written_many(&tp, last, count);
+            }
+        }
+        Err(make) => {
+            for delivery in batch.deliveries {
+                delivery.failed(make);
+            }
         }
     }
     // Dropping the batch returns its buffer.memory.

@@ -119,7 +119,11 @@ impl EncodedRecord<'_> {
 
     /// Appends the record; callers check [`EncodedRecord::encoded_len`] first.
     pub(crate) fn write_to(&self, out: &mut Vec<u8>) {
-        let body = self.body_len().unwrap_or(0);
+        self.write_with_body_len(out, self.body_len().unwrap_or(0));
+    }
+
+    /// Appends the record whose [`body_len`](Self::body_len) is `body`.
+    fn write_with_body_len(&self, out: &mut Vec<u8>, body: usize) {
         put_varint(out, i32::try_from(body).unwrap_or(i32::MAX));
         out.push(0); // record attributes: unused
         put_varlong(out, self.timestamp_delta);
@@ -198,14 +202,37 @@ pub struct BatchBuilder {
 impl BatchBuilder {
     /// An empty builder.
     pub fn new(opts: BatchOptions) -> Self {
+        Self::with_capacity(opts, 0)
+    }
+
+    /// An empty builder whose buffer holds `capacity` bytes (header
+    /// included) before it grows: a producer that expects a full batch
+    /// sizes it once.
+    ///
+    /// ```
+    /// use weir_protocol::records::{BatchBuilder, BatchOptions};
+    /// let b = BatchBuilder::with_capacity(BatchOptions::default(), 16 * 1024);
+    /// assert!(b.is_empty());
+    /// ```
+    pub fn with_capacity(opts: BatchOptions, capacity: usize) -> Self {
+        let mut buf = Vec::with_capacity(capacity.max(BatchHeader::LEN));
+        buf.resize(BatchHeader::LEN, 0);
         Self {
             opts,
-            buf: vec![0; BatchHeader::LEN],
+            buf,
             count: 0,
             base_timestamp: 0,
             max_timestamp: i64::MIN,
             error: None,
         }
+    }
+
+    /// Replaces the batch-level settings (codec, producer id, epoch, base
+    /// sequence, ...) before [`build`](Self::build): records pushed so far
+    /// do not depend on them, so a producer can encode each record as it
+    /// arrives and learn its batch's identity only when sending.
+    pub fn set_options(&mut self, opts: BatchOptions) {
+        self.opts = opts;
     }
 
     /// Appends a record at the next offset delta.
@@ -216,6 +243,12 @@ impl BatchBuilder {
     /// [`BatchBuilder::build`] fail rather than this call, so that pushing
     /// stays infallible for the common case.
     pub fn push(&mut self, record: RecordInput) {
+        self.push_ref(&record);
+    }
+
+    /// [`push`](Self::push) from a borrowed record: its bytes are copied
+    /// into the batch, so the caller may drop or reuse it.
+    pub fn push_ref(&mut self, record: &RecordInput) {
         if self.error.is_some() {
             return;
         }
@@ -231,15 +264,16 @@ impl BatchBuilder {
             value: record.value.as_deref(),
             headers: &record.headers,
         };
-        if encoded.encoded_len().is_none() {
+        // The body's length, checked once (it is the record's first field).
+        let Some(body) = encoded.body_len() else {
             self.error = Some(format!("record {} has a length over i32::MAX", self.count));
             return;
-        }
+        };
         let Some(next) = self.count.checked_add(1) else {
             self.error = Some("more than i32::MAX records".to_owned());
             return;
         };
-        encoded.write_to(&mut self.buf);
+        encoded.write_with_body_len(&mut self.buf, body);
         self.count = next;
         self.max_timestamp = self.max_timestamp.max(record.timestamp);
     }

@@ -395,6 +395,43 @@ pub fn set_partition_leader_epoch(batch: &mut [u8], epoch: i32) {
     }
 }
 
+/// Rewrites the producer id, epoch and base sequence of an encoded batch
+/// and its CRC, which covers them: what a producer does when it sends a
+/// batch again under a new producer id or epoch (KIP-360), without
+/// encoding its records again.
+///
+/// ```
+/// use bytes::Bytes;
+/// use weir_protocol::records::*;
+/// let mut b = BatchBuilder::new(BatchOptions { producer_id: 7, producer_epoch: 0, base_sequence: 0, ..Default::default() });
+/// b.push(RecordInput { timestamp: 1, value: Some(Bytes::from_static(b"v")), ..Default::default() });
+/// let mut batch = b.build()?.to_vec();
+/// set_producer_state(&mut batch, 8, 1, 40)?;
+/// let decoded = decode_batches(&Bytes::from(batch), &DecodeOptions::default())?;
+/// let h = &decoded.batches[0].header;
+/// assert_eq!((h.producer_id, h.producer_epoch, h.base_sequence), (8, 1, 40));
+/// # Ok::<(), weir_protocol::ProtocolError>(())
+/// ```
+///
+/// # Errors
+/// [`ProtocolError::Truncated`] for a slice shorter than a batch header
+/// (the slice is then left as it is).
+pub fn set_producer_state(
+    batch: &mut [u8],
+    producer_id: i64,
+    producer_epoch: i16,
+    base_sequence: i32,
+) -> Result<()> {
+    let mut header = BatchHeader::read(batch)?;
+    header.producer_id = producer_id;
+    header.producer_epoch = producer_epoch;
+    header.base_sequence = base_sequence;
+    header.write_to(batch);
+    header.crc = compute_crc(batch);
+    header.write_to(batch);
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

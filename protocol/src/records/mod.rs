@@ -69,5 +69,6 @@ pub use decode::{
 pub use encode::{BatchBuilder, BatchOptions, RecordInput, rewrite_batch};
 pub use header::{
     BatchHeader, Compression, MAGIC_V2, TimestampType, set_base_offset, set_partition_leader_epoch,
+    set_producer_state,
 };
 pub use record::{Record, RecordBatch, RecordHeader};
