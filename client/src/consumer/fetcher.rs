@@ -15,7 +15,7 @@ use weir_protocol::{ApiKey, ProtocolError};
 use super::fetch_session::{
     FETCH_SESSION_ID_NOT_FOUND, FetchPlan, INVALID_FETCH_SESSION_EPOCH, PartitionFetch,
 };
-use super::read_committed::{AbortedTransaction, deliverable};
+use super::read_committed::{AbortedTransaction, deliverable_into};
 use super::{Consumer, ConsumerRecord, Position, SeekTo, TopicPartition};
 use crate::cluster::{Backoff, BrokerId, Lane};
 use crate::config::consumer::AutoOffsetReset;
@@ -277,13 +277,24 @@ impl Consumer {
                                 first_offset: a.first_offset,
                             })
                             .collect();
-                        let out = deliverable(
+                        let mut delivered = Vec::new();
+                        let next_offset = deliverable_into(
                             decoded.batches,
                             fetch_offset,
                             self.options.isolation_level,
                             &aborted,
+                            &mut delivered,
+                            |r| ConsumerRecord {
+                                topic: tp.topic.clone(),
+                                partition: tp.partition,
+                                offset: r.offset,
+                                timestamp: r.timestamp,
+                                key: r.key,
+                                value: r.value,
+                                headers: r.headers,
+                            },
                         );
-                        if let Some(next) = out.next_offset {
+                        if let Some(next) = next_offset {
                             if next > fetch_offset {
                                 self.positions_moved += 1;
                             }
@@ -301,20 +312,7 @@ impl Consumer {
                                 self.assignment.insert(tp.clone(), position);
                             }
                         }
-                        let records = out
-                            .records
-                            .into_iter()
-                            .map(|r| ConsumerRecord {
-                                topic: tp.topic.clone(),
-                                partition: tp.partition,
-                                offset: r.offset,
-                                timestamp: r.timestamp,
-                                key: r.key,
-                                value: r.value,
-                                headers: r.headers,
-                            })
-                            .collect();
-                        self.buffer.push_run(tp, records);
+                        self.buffer.push_run(tp, delivered);
                     }
                     codes::OFFSET_OUT_OF_RANGE => match self.options.auto_offset_reset {
                         AutoOffsetReset::Earliest => {

@@ -43,16 +43,60 @@ pub fn deliverable(
     isolation: IsolationLevel,
     aborted: &[AbortedTransaction],
 ) -> Deliverable {
+    let mut records = Vec::new();
+    let next_offset = deliverable_into(
+        batches,
+        fetch_offset,
+        isolation,
+        aborted,
+        &mut records,
+        |r| r,
+    );
+    Deliverable {
+        records,
+        next_offset,
+    }
+}
+
+/// [`deliverable`], with each delivered record turned by `map` and pushed
+/// onto `out` (the consumer builds its own records at once, without an
+/// intermediate vector of decoded ones); returns
+/// [`Deliverable::next_offset`].
+///
+/// ```
+/// use bytes::Bytes;
+/// use weir_client::config::consumer::IsolationLevel;
+/// use weir_client::consumer::read_committed::deliverable_into;
+/// use weir_protocol::records::*;
+/// let mut b = BatchBuilder::new(BatchOptions { base_offset: 10, ..Default::default() });
+/// for v in ["a", "b", "c"] {
+///     b.push(RecordInput { timestamp: 0, value: Some(Bytes::from(v)), ..Default::default() });
+/// }
+/// let batches = decode_batches(&b.build()?, &DecodeOptions::default())?.batches;
+/// let mut offsets = Vec::new();
+/// let next = deliverable_into(batches, 11, IsolationLevel::ReadCommitted, &[], &mut offsets, |r| r.offset);
+/// assert_eq!((offsets, next), (vec![11, 12], Some(13)));
+/// # Ok::<(), weir_protocol::ProtocolError>(())
+/// ```
+pub fn deliverable_into<T>(
+    batches: Vec<RecordBatch>,
+    fetch_offset: i64,
+    isolation: IsolationLevel,
+    aborted: &[AbortedTransaction],
+    out: &mut Vec<T>,
+    mut map: impl FnMut(Record) -> T,
+) -> Option<i64> {
     let mut pending: Vec<AbortedTransaction> = aborted.to_vec();
     // Consumed from the front in first-offset order.
     pending.sort_by_key(|t| std::cmp::Reverse(t.first_offset));
     let mut aborting: HashSet<i64> = HashSet::new();
-    let mut out = Deliverable::default();
+    let mut next_offset: Option<i64> = None;
+    out.reserve(batches.iter().map(|b| b.records.len()).sum());
 
     for batch in batches {
         let header = batch.header;
         let next = header.next_offset();
-        out.next_offset = Some(out.next_offset.map_or(next, |n: i64| n.max(next)));
+        next_offset = Some(next_offset.map_or(next, |n| n.max(next)));
         if next <= fetch_offset {
             continue;
         }
@@ -81,14 +125,15 @@ pub fn deliverable(
         {
             continue;
         }
-        out.records.extend(
+        out.extend(
             batch
                 .records
                 .into_iter()
-                .filter(|r| r.offset >= fetch_offset),
+                .filter(|r| r.offset >= fetch_offset)
+                .map(&mut map),
         );
     }
-    out
+    next_offset
 }
 
 #[cfg(test)]
