@@ -101,28 +101,34 @@ fn to_raw(r: ConsumerRecord) -> RawRecord {
 /// Streams with `max.task.idle.ms=0`, this orders what was polled; it does
 /// not wait for a partition that has nothing yet.
 fn by_timestamp(records: Vec<RawRecord>) -> Vec<RawRecord> {
-    let mut queues: Vec<((String, i32), std::collections::VecDeque<RawRecord>)> = Vec::new();
+    // Each queue holds one partition's records; none is empty while they
+    // are sorted in, so its first record names the partition (no copy of
+    // the topic per record).
+    let mut queues: Vec<std::collections::VecDeque<RawRecord>> = Vec::new();
     for r in records {
-        let tp = (r.topic.clone(), r.partition);
-        match queues.iter_mut().find(|(k, _)| *k == tp) {
-            Some((_, q)) => q.push_back(r),
-            None => queues.push((tp, std::collections::VecDeque::from([r]))),
+        let same = |q: &&mut std::collections::VecDeque<RawRecord>| {
+            q.front()
+                .is_some_and(|f| f.partition == r.partition && f.topic == r.topic)
+        };
+        match queues.iter_mut().find(same) {
+            Some(q) => q.push_back(r),
+            None => queues.push(std::collections::VecDeque::from([r])),
         }
     }
     if queues.len() < 2 {
-        return queues.into_iter().flat_map(|(_, q)| q).collect();
+        return queues.into_iter().flatten().collect();
     }
-    let mut out = Vec::new();
+    let mut out = Vec::with_capacity(queues.iter().map(|q| q.len()).sum());
     loop {
         let next = queues
             .iter()
             .enumerate()
-            .filter_map(|(i, (_, q))| q.front().map(|r| (r.timestamp, i)))
+            .filter_map(|(i, q)| q.front().map(|r| (r.timestamp, i)))
             .min();
         let Some((_, i)) = next else {
             return out;
         };
-        if let Some(r) = queues.get_mut(i).and_then(|(_, q)| q.pop_front()) {
+        if let Some(r) = queues.get_mut(i).and_then(|q| q.pop_front()) {
             out.push(r);
         }
     }
@@ -489,7 +495,10 @@ impl Worker {
             let mut failed = None;
             'tasks: for (_, active, records) in &mut batch {
                 for r in records.iter() {
-                    if skip.remove(&(r.topic.clone(), r.partition, r.offset)) {
+                    // No key is built while nothing is to be skipped (the
+                    // usual case): a copy of the topic per record showed in
+                    // the profile.
+                    if !skip.is_empty() && skip.remove(&(r.topic.clone(), r.partition, r.offset)) {
                         tracing::warn!(task = %active.task.id(), topic = %r.topic, partition = r.partition, offset = r.offset, "skipping a record whose processing failed");
                         active.task.skip(&r.topic, r.offset);
                         active.dirty = true;

@@ -67,6 +67,27 @@ impl TopicRef {
             TopicRef::Internal(suffix) => format!("{application_id}-{suffix}"),
         }
     }
+
+    /// Whether `topic` is this topic's name in application
+    /// `application_id`: [`resolve`](Self::resolve) without building the
+    /// name (a stream thread asks this for every record it polls).
+    ///
+    /// ```
+    /// use weir_streams::topology::TopicRef;
+    /// let internal = TopicRef::Internal("counts-changelog".into());
+    /// assert!(internal.is("app-counts-changelog", "app"));
+    /// assert!(!internal.is("app-counts-changelog", "ap"));
+    /// assert!(TopicRef::External("words".into()).is("words", "app"));
+    /// ```
+    pub fn is(&self, topic: &str, application_id: &str) -> bool {
+        match self {
+            TopicRef::External(t) => t == topic,
+            TopicRef::Internal(suffix) => topic
+                .strip_prefix(application_id)
+                .and_then(|rest| rest.strip_prefix('-'))
+                .is_some_and(|rest| rest == suffix),
+        }
+    }
 }
 
 impl std::fmt::Display for TopicRef {
@@ -877,7 +898,7 @@ impl Topology {
     pub fn subtopology_of(&self, topic: &str, application_id: &str) -> Option<u32> {
         self.subtopologies
             .iter()
-            .find(|s| s.sources.iter().any(|t| t.resolve(application_id) == topic))
+            .find(|s| s.sources.iter().any(|t| t.is(topic, application_id)))
             .map(|s| s.id)
     }
 
