@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use indexmap::IndexMap;
-use tokio::sync::{OwnedSemaphorePermit, oneshot};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, oneshot};
 use tokio::time::Instant;
 use weir_protocol::records::{BatchBuilder, BatchHeader, BatchOptions, RecordInput};
 
@@ -23,10 +23,18 @@ use crate::Result;
 
 /// Upper bound of one record's encoded size: every varint at its widest.
 pub fn record_size_upper_bound(record: &RecordInput) -> usize {
+    size_upper_bound(record.key.as_ref(), record.value.as_ref(), &record.headers)
+}
+
+/// [`record_size_upper_bound`] of a record's parts.
+pub(crate) fn size_upper_bound(
+    key: Option<&Bytes>,
+    value: Option<&Bytes>,
+    headers: &[weir_protocol::records::RecordHeader],
+) -> usize {
     const VARINT: usize = 5;
     const VARLONG: usize = 10;
-    let headers: usize = record
-        .headers
+    let headers: usize = headers
         .iter()
         .map(|h| 2 * VARINT + h.key.len() + h.value.as_ref().map_or(0, Bytes::len))
         .sum();
@@ -37,11 +45,68 @@ pub fn record_size_upper_bound(record: &RecordInput) -> usize {
         + VARLONG
         + VARINT
         + VARINT
-        + record.key.as_ref().map_or(0, Bytes::len)
+        + key.map_or(0, Bytes::len)
         + VARINT
-        + record.value.as_ref().map_or(0, Bytes::len)
+        + value.map_or(0, Bytes::len)
         + VARINT
         + headers
+}
+
+/// `buffer.memory` held in bytes (permits of the producer's semaphore),
+/// given back when the hold is dropped. A batch keeps one for all its
+/// records, and a caller appending many records moves each record's share
+/// from its own reservation with a subtraction: a semaphore permit per
+/// record (split off, then merged into the batch's) cost two atomic
+/// operations on the permit's shared count each, a visible share of the
+/// producer's CPU.
+#[derive(Debug)]
+pub struct MemoryHold {
+    semaphore: Arc<Semaphore>,
+    permits: usize,
+}
+
+impl MemoryHold {
+    /// Takes over `permit`'s permits of `semaphore` (the semaphore it was
+    /// acquired from).
+    pub fn new(semaphore: &Arc<Semaphore>, permit: OwnedSemaphorePermit) -> Self {
+        let permits = permit.num_permits();
+        permit.forget();
+        Self {
+            semaphore: Arc::clone(semaphore),
+            permits,
+        }
+    }
+
+    fn empty(semaphore: &Arc<Semaphore>) -> Self {
+        Self {
+            semaphore: Arc::clone(semaphore),
+            permits: 0,
+        }
+    }
+
+    /// Permits held.
+    pub fn permits(&self) -> usize {
+        self.permits
+    }
+
+    /// Moves `n` permits to `to`; false (and nothing moved) if fewer are
+    /// held.
+    pub fn move_to(&mut self, to: &mut MemoryHold, n: usize) -> bool {
+        if n > self.permits {
+            return false;
+        }
+        self.permits -= n;
+        to.permits += n;
+        true
+    }
+}
+
+impl Drop for MemoryHold {
+    fn drop(&mut self) {
+        if self.permits > 0 {
+            self.semaphore.add_permits(self.permits);
+        }
+    }
 }
 
 /// Where one record's result goes.
@@ -176,7 +241,7 @@ pub struct ProducerBatch {
     /// No more records may join: the batch was sent at least once.
     pub closed: bool,
     /// `buffer.memory` held by the records.
-    pub memory: Option<OwnedSemaphorePermit>,
+    pub memory: Option<MemoryHold>,
     /// The gate every record of the batch is bound to (records of another
     /// gate start a batch of their own).
     pub gate: Option<SendGate>,
@@ -301,7 +366,7 @@ impl Accumulator {
         record: RecordInput,
         delivery: Delivery,
         gate: Option<SendGate>,
-        memory: Option<OwnedSemaphorePermit>,
+        memory: Option<(&mut MemoryHold, usize)>,
         now: Instant,
     ) -> Appended {
         let size = record_size_upper_bound(&record);
@@ -337,13 +402,13 @@ impl Accumulator {
                 builder.push_ref(&record);
             }
             batch.deliveries.push(delivery);
-            batch.memory = match (batch.memory.take(), memory) {
-                (Some(mut held), Some(more)) => {
-                    held.merge(more);
-                    Some(held)
-                }
-                (held, more) => held.or(more),
-            };
+            if let Some((from, n)) = memory {
+                let held = batch
+                    .memory
+                    .get_or_insert_with(|| MemoryHold::empty(&from.semaphore));
+                // The caller reserved at least this much for the record.
+                from.move_to(held, n.min(from.permits));
+            }
         }
         outcome
     }

@@ -36,7 +36,7 @@ use weir_protocol::records::RecordInput;
 pub use group::DeliveryGroup;
 pub use record::{ProducerRecord, RecordMetadata, SendGate, TopicPartition};
 
-use self::accumulator::{Accumulator, Appended, BatchingRules, Delivery, record_size_upper_bound};
+use self::accumulator::{Accumulator, Appended, BatchingRules, Delivery, MemoryHold};
 use self::partitioner::{StickyPartitioner, partition_for_key};
 use self::sequence::SequenceBook;
 use crate::cluster::Cluster;
@@ -363,9 +363,10 @@ impl Producer {
         let shared = &self.handle.shared;
         let deadline = Instant::now() + shared.options.max_block;
         let prepared = self.prepare(record, None, deadline, &mut None).await?;
-        let memory = self
+        let permit = self
             .reserve(&prepared.topic, prepared.size, prepared.deadline)
             .await?;
+        let mut memory = MemoryHold::new(&shared.memory, permit);
         let now = Instant::now();
         let wake = {
             let mut state = shared.lock();
@@ -375,7 +376,7 @@ impl Producer {
             if shared.closed.load(Ordering::Acquire) {
                 return Err(ClientError::Closed);
             }
-            self.append(&mut state, prepared, receivers, memory, now)
+            self.append(&mut state, prepared, receivers, &mut memory, now)?
         };
         if wake {
             shared.wake.notify_one();
@@ -432,26 +433,31 @@ impl Producer {
                 .last()
                 .filter(|p| p.topic == record.topic)
                 .map(|p| p.partitions);
-            prepared.push(self.prepare(record, known, deadline, &mut millis).await?);
+            let ready = match self.known_partitions(&record.topic, known) {
+                Some(n) => self.prepare_with(record, n, deadline, &mut millis)?,
+                None => self.prepare(record, None, deadline, &mut millis).await?,
+            };
+            prepared.push(ready);
         }
         // In chunks that fit `buffer.memory` (a chunk waits for room as a
         // single record does), and a reservation's u32 of permits.
         let limit = shared
             .memory_limit()
             .min(usize::try_from(u32::MAX).unwrap_or(usize::MAX));
-        let mut rest = prepared.into_iter().peekable();
-        while rest.peek().is_some() {
-            let mut chunk = Vec::new();
-            let mut size = 0usize;
-            while let Some(next) = rest.next_if(|p| chunk.is_empty() || size + p.size <= limit) {
+        // Each chunk is drained from the front of `prepared` in place (the
+        // records are large: every move of one is a copy).
+        while let Some(first) = prepared.first() {
+            let mut size = first.size;
+            let mut end = 1;
+            while let Some(next) = prepared.get(end)
+                && size + next.size <= limit
+            {
                 size += next.size;
-                chunk.push(next);
+                end += 1;
             }
-            let Some((topic, deadline)) = chunk.first().map(|p| (p.topic.clone(), p.deadline))
-            else {
-                break;
-            };
-            let mut memory = self.reserve(&topic, size, deadline).await?;
+            let topic = first.topic.clone();
+            let permit = self.reserve(&topic, size, deadline).await?;
+            let mut memory = MemoryHold::new(&shared.memory, permit);
             let now = Instant::now();
             let wake = {
                 let mut state = shared.lock();
@@ -459,16 +465,12 @@ impl Producer {
                     return Err(ClientError::Closed);
                 }
                 let mut wake = false;
-                for p in chunk {
-                    let permits = u32::try_from(p.size).unwrap_or(u32::MAX) as usize;
-                    let Some(own) = memory.split(permits) else {
-                        return Err(ClientError::Closed);
-                    };
+                for p in prepared.drain(..end) {
                     let receivers = Receivers {
                         tx: None,
                         groups: groups.clone(),
                     };
-                    wake |= self.append(&mut state, p, receivers, own, now);
+                    wake |= self.append(&mut state, p, receivers, &mut memory, now)?;
                 }
                 wake
             };
@@ -491,20 +493,57 @@ impl Producer {
         millis: &mut Option<i64>,
     ) -> Result<Prepared> {
         let shared = &self.handle.shared;
-        if shared.closed.load(Ordering::Acquire) {
-            return Err(ClientError::Closed);
-        }
-        let options = &shared.options;
-        let input = RecordInput {
-            timestamp: match record.timestamp {
-                Some(t) => t,
-                None => *millis.get_or_insert_with(now_millis),
-            },
-            key: record.key,
-            value: record.value,
-            headers: record.headers,
+        let cluster = &shared.cluster;
+        // Fresh cached metadata is the common case: no request, no timer.
+        let partitions = match self.known_partitions(&record.topic, known) {
+            Some(n) => n,
+            None => {
+                // A closed producer, or a record that can never be sent,
+                // fails before any wait.
+                if shared.closed.load(Ordering::Acquire) {
+                    return Err(ClientError::Closed);
+                }
+                self.check_size(&record)?;
+                let n = tokio::time::timeout_at(
+                    deadline,
+                    cluster.retry("producer metadata", || {
+                        cluster.partition_count(&record.topic)
+                    }),
+                )
+                .await
+                .map_err(|_| ClientError::Timeout {
+                    what: format!("metadata for topic {}", record.topic),
+                    after: shared.options.max_block,
+                    setting: "max.block.ms",
+                })??;
+                i32::try_from(n).unwrap_or(i32::MAX)
+            }
         };
-        let size = record_size_upper_bound(&input);
+        self.prepare_with(record, partitions, deadline, millis)
+    }
+
+    /// The partition count of `topic`: `known`, or from fresh cached
+    /// metadata.
+    fn known_partitions(&self, topic: &str, known: Option<i32>) -> Option<i32> {
+        known.or_else(|| {
+            self.handle
+                .shared
+                .cluster
+                .fresh_partition_count(topic)
+                .map(|n| i32::try_from(n).unwrap_or(i32::MAX))
+        })
+    }
+
+    /// The record's size upper bound, or the error if it is over
+    /// `max.request.size` or `buffer.memory`.
+    fn check_size(&self, record: &ProducerRecord) -> Result<usize> {
+        let shared = &self.handle.shared;
+        let options = &shared.options;
+        let size = accumulator::size_upper_bound(
+            record.key.as_ref(),
+            record.value.as_ref(),
+            &record.headers,
+        );
         let too_large = |limit: usize, setting| ClientError::RecordTooLarge {
             topic: record.topic.clone(),
             size,
@@ -517,25 +556,22 @@ impl Producer {
         if size > shared.memory_limit() {
             return Err(too_large(shared.memory_limit(), "buffer.memory"));
         }
-        let cluster = &shared.cluster;
-        // Fresh cached metadata is the common case: no request, no timer.
-        let cached = || known.map(|n| usize::try_from(n).unwrap_or(0));
-        let partitions = match cached().or_else(|| cluster.fresh_partition_count(&record.topic)) {
-            Some(n) => n,
-            None => tokio::time::timeout_at(
-                deadline,
-                cluster.retry("producer metadata", || {
-                    cluster.partition_count(&record.topic)
-                }),
-            )
-            .await
-            .map_err(|_| ClientError::Timeout {
-                what: format!("metadata for topic {}", record.topic),
-                after: options.max_block,
-                setting: "max.block.ms",
-            })??,
-        };
-        let partitions = i32::try_from(partitions).unwrap_or(i32::MAX);
+        Ok(size)
+    }
+
+    /// [`prepare`](Self::prepare) once the topic's partition count is
+    /// known: no wait, so no future around the record.
+    fn prepare_with(
+        &self,
+        record: ProducerRecord,
+        partitions: i32,
+        deadline: Instant,
+        millis: &mut Option<i64>,
+    ) -> Result<Prepared> {
+        if self.handle.shared.closed.load(Ordering::Acquire) {
+            return Err(ClientError::Closed);
+        }
+        let size = self.check_size(&record)?;
         if let Some(p) = record.partition
             && (p < 0 || p >= partitions)
         {
@@ -554,7 +590,15 @@ impl Producer {
             partition: record.partition,
             partitions,
             gate: record.gate,
-            input,
+            input: RecordInput {
+                timestamp: match record.timestamp {
+                    Some(t) => t,
+                    None => *millis.get_or_insert_with(now_millis),
+                },
+                key: record.key,
+                value: record.value,
+                headers: record.headers,
+            },
             size,
             deadline,
         })
@@ -595,10 +639,16 @@ impl Producer {
         state: &mut State,
         prepared: Prepared,
         receivers: Receivers,
-        memory: OwnedSemaphorePermit,
+        memory: &mut MemoryHold,
         now: Instant,
-    ) -> bool {
+    ) -> Result<bool> {
         let shared = &self.handle.shared;
+        // The record's share of the caller's reservation (a reservation
+        // counts at most a u32 of permits per record, as `reserve`).
+        let permits = u32::try_from(prepared.size).unwrap_or(u32::MAX) as usize;
+        if memory.permits() < permits {
+            return Err(ClientError::Closed);
+        }
         let Prepared {
             topic,
             partition,
@@ -650,12 +700,12 @@ impl Producer {
         };
         let appended = state
             .acc
-            .append(&tp, input, delivery, gate, Some(memory), now);
-        appended == Appended::NewBatch
+            .append(&tp, input, delivery, gate, Some((memory, permits)), now);
+        Ok(appended == Appended::NewBatch
             || state
                 .acc
                 .front(&tp)
-                .is_some_and(|b| b.size >= shared.options.batch_size)
+                .is_some_and(|b| b.size >= shared.options.batch_size))
     }
 
     /// Sends every buffered record now, ignoring `linger.ms`, and waits
