@@ -9,7 +9,9 @@ use weir_protocol::kafka_protocol::messages::fetch_request::{
 };
 use weir_protocol::kafka_protocol::messages::{FetchRequest, FetchResponse, TopicName};
 use weir_protocol::kafka_protocol::protocol::StrBytes;
-use weir_protocol::records::{DecodeOptions, DecompressionBudget, decode_batches_within};
+use weir_protocol::records::{
+    DecodeOptions, DecodedBatches, DecompressionBudget, decode_batches_within,
+};
 use weir_protocol::{ApiKey, ProtocolError};
 
 use super::fetch_session::{
@@ -27,6 +29,51 @@ pub(super) struct InFlightFetch {
     broker: BrokerId,
     plan: FetchPlan<TopicPartition>,
     result: Result<FetchResponse>,
+    /// The records of each partition of the response (indexed like its
+    /// topics and their partitions), decoded by the fetch's own task as
+    /// soon as the response arrived: decoding runs beside the
+    /// application's processing instead of inside its `poll`. `None` for
+    /// a partition that was not decoded (an error, no records, not asked
+    /// for).
+    decoded: Vec<Vec<Option<std::result::Result<DecodedBatches, ProtocolError>>>>,
+}
+
+/// Decodes the records of every partition of a successful `response` that
+/// `plan` asked for, under one budget for the whole response (see
+/// [`decompression_budget`]).
+fn decode_response(
+    response: &FetchResponse,
+    plan: &FetchPlan<TopicPartition>,
+    decode: &DecodeOptions,
+    budget_limit: usize,
+) -> Vec<Vec<Option<std::result::Result<DecodedBatches, ProtocolError>>>> {
+    if response.error_code != 0 {
+        return Vec::new();
+    }
+    let mut budget = DecompressionBudget::new(budget_limit);
+    response
+        .responses
+        .iter()
+        .map(|topic| {
+            topic
+                .partitions
+                .iter()
+                .map(|p| {
+                    // Every partition the session wants, sent in this
+                    // request or not: an incremental session's response
+                    // carries partitions the request left out.
+                    let tp = TopicPartition::new(topic.topic.0.as_str(), p.partition_index);
+                    let asked = plan.fetch_state(&tp).is_some();
+                    match (&p.records, p.error_code) {
+                        (Some(records), codes::NONE) if asked => {
+                            Some(decode_batches_within(records, decode, &mut budget))
+                        }
+                        _ => None,
+                    }
+                })
+                .collect()
+        })
+        .collect()
 }
 
 fn topic_name(topic: &str) -> TopicName {
@@ -140,6 +187,14 @@ impl Consumer {
             let plan = self.sessions.entry(broker).or_default().plan(wanted);
             let request = build_request(self, &plan);
             let cluster = self.cluster.clone();
+            let decode = DecodeOptions {
+                verify_crc: self.options.check_crcs,
+                ..DecodeOptions::default()
+            };
+            let budget = decompression_budget(
+                self.options.fetch_max_bytes,
+                self.options.max_partition_fetch_bytes,
+            );
             self.fetching_from.insert(broker);
             tracing::trace!(
                 broker,
@@ -150,10 +205,15 @@ impl Consumer {
             );
             self.in_flight.spawn(async move {
                 let result = cluster.request(broker, Lane::Fetch, &request).await;
+                let decoded = match &result {
+                    Ok(response) => decode_response(response, &plan, &decode, budget),
+                    Err(_) => Vec::new(),
+                };
                 InFlightFetch {
                     broker,
                     plan,
                     result,
+                    decoded,
                 }
             });
         }
@@ -174,6 +234,7 @@ impl Consumer {
             broker,
             plan,
             result,
+            mut decoded,
         } = fetch;
         self.fetching_from.remove(&broker);
         let session = self.sessions.entry(broker).or_default();
@@ -215,21 +276,14 @@ impl Consumer {
         let expected = |tp: &TopicPartition| plan.fetch_state(tp).map(|f| f.fetch_offset);
         let mut failed = false;
         let mut outcome = Ok(());
-        let decode = DecodeOptions {
-            verify_crc: self.options.check_crcs,
-            ..DecodeOptions::default()
-        };
-        // The response is decoded at once (Java decompresses lazily, batch
-        // by batch): without a cap on all of it, many small compression
-        // "bombs", each under the per-batch cap, could exhaust memory. The
-        // batches that fit are delivered and the rest fetched again; only a
-        // batch bigger than the whole budget is an error.
-        let mut budget = DecompressionBudget::new(decompression_budget(
-            self.options.fetch_max_bytes,
-            self.options.max_partition_fetch_bytes,
-        ));
-        for topic in &response.responses {
-            for p in &topic.partitions {
+        // The response was decoded at once by the fetch's task (Java
+        // decompresses lazily, batch by batch): without a cap on all of it,
+        // many small compression "bombs", each under the per-batch cap,
+        // could exhaust memory. The batches that fit are delivered and the
+        // rest fetched again; only a batch bigger than the whole budget is
+        // an error.
+        for (ti, topic) in response.responses.iter().enumerate() {
+            for (pi, p) in topic.partitions.iter().enumerate() {
                 let tp = TopicPartition::new(topic.topic.0.as_str(), p.partition_index);
                 let Some(fetch_offset) = expected(&tp) else {
                     continue;
@@ -241,8 +295,14 @@ impl Consumer {
                 match p.error_code {
                     codes::NONE => {
                         let Some(records) = &p.records else { continue };
-                        let decoded = decode_batches_within(records, &decode, &mut budget)
-                            .map_err(|source| {
+                        let Some(decoded) = decoded
+                            .get_mut(ti)
+                            .and_then(|t| t.get_mut(pi))
+                            .and_then(Option::take)
+                        else {
+                            continue;
+                        };
+                        let decoded = decoded.map_err(|source| {
                                 let broker = self
                                     .cluster
                                     .broker_address(broker)
