@@ -111,8 +111,6 @@ struct Prepared {
     gate: Option<SendGate>,
     input: RecordInput,
     size: usize,
-    /// `max.block.ms` from the call.
-    deadline: Instant,
 }
 
 /// Who learns a record's outcome: its future, tallies.
@@ -362,9 +360,9 @@ impl Producer {
     ) -> Result<()> {
         let shared = &self.handle.shared;
         let deadline = Instant::now() + shared.options.max_block;
-        let prepared = self.prepare(record, None, deadline, &mut None).await?;
+        let prepared = self.prepare(record, deadline, &mut None).await?;
         let permit = self
-            .reserve(&prepared.topic, prepared.size, prepared.deadline)
+            .reserve(&prepared.topic, prepared.size, deadline)
             .await?;
         let mut memory = MemoryHold::new(&shared.memory, permit);
         let now = Instant::now();
@@ -434,8 +432,8 @@ impl Producer {
                 .filter(|p| p.topic == record.topic)
                 .map(|p| p.partitions);
             let ready = match self.known_partitions(&record.topic, known) {
-                Some(n) => self.prepare_with(record, n, deadline, &mut millis)?,
-                None => self.prepare(record, None, deadline, &mut millis).await?,
+                Some(n) => self.prepare_with(record, n, &mut millis)?,
+                None => self.prepare(record, deadline, &mut millis).await?,
             };
             prepared.push(ready);
         }
@@ -482,20 +480,19 @@ impl Producer {
     }
 
     /// Checks `record` against the size limits and its topic's partitions
-    /// (`known`, or from the metadata cache, fetching it if the cache has
-    /// none), waiting for metadata until `deadline`. A record without a
-    /// timestamp gets `millis`, read from the clock on first need.
+    /// (from the metadata cache, fetching it if the cache has none),
+    /// waiting for metadata until `deadline`. A record without a timestamp
+    /// gets `millis`, read from the clock on first need.
     async fn prepare(
         &self,
         record: ProducerRecord,
-        known: Option<i32>,
         deadline: Instant,
         millis: &mut Option<i64>,
     ) -> Result<Prepared> {
         let shared = &self.handle.shared;
         let cluster = &shared.cluster;
         // Fresh cached metadata is the common case: no request, no timer.
-        let partitions = match self.known_partitions(&record.topic, known) {
+        let partitions = match self.known_partitions(&record.topic, None) {
             Some(n) => n,
             None => {
                 // A closed producer, or a record that can never be sent,
@@ -519,7 +516,7 @@ impl Producer {
                 i32::try_from(n).unwrap_or(i32::MAX)
             }
         };
-        self.prepare_with(record, partitions, deadline, millis)
+        self.prepare_with(record, partitions, millis)
     }
 
     /// The partition count of `topic`: `known`, or from fresh cached
@@ -565,7 +562,6 @@ impl Producer {
         &self,
         record: ProducerRecord,
         partitions: i32,
-        deadline: Instant,
         millis: &mut Option<i64>,
     ) -> Result<Prepared> {
         if self.handle.shared.closed.load(Ordering::Acquire) {
@@ -600,7 +596,6 @@ impl Producer {
                 headers: record.headers,
             },
             size,
-            deadline,
         })
     }
 
