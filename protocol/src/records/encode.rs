@@ -231,6 +231,19 @@ impl BatchBuilder {
     /// sequence, ...) before [`build`](Self::build): records pushed so far
     /// do not depend on them, so a producer can encode each record as it
     /// arrives and learn its batch's identity only when sending.
+    ///
+    /// ```
+    /// use bytes::Bytes;
+    /// use weir_protocol::records::*;
+    /// let mut b = BatchBuilder::new(BatchOptions::default());
+    /// let record = RecordInput { timestamp: 5, value: Some(Bytes::from_static(b"v")), ..Default::default() };
+    /// b.push_ref(&record);
+    /// b.set_options(BatchOptions { producer_id: 3, producer_epoch: 1, base_sequence: 9, ..Default::default() });
+    /// let decoded = decode_batches(&b.build()?, &DecodeOptions::default())?;
+    /// let h = &decoded.batches[0].header;
+    /// assert_eq!((h.producer_id, h.producer_epoch, h.base_sequence, h.base_timestamp), (3, 1, 9, 5));
+    /// # Ok::<(), weir_protocol::ProtocolError>(())
+    /// ```
     pub fn set_options(&mut self, opts: BatchOptions) {
         self.opts = opts;
     }
