@@ -121,3 +121,70 @@ async fn a_crashed_instance_is_replaced_and_the_output_stays_exact() {
     }
     assert_eq!(stores, expected);
 }
+
+/// A worker hands a batch's outputs to the producer while it processes the
+/// next batch. The last batch has no next one: its outputs (and the
+/// repartition records the counting tasks wait for) must still go out at
+/// once, not wait for a commit. With ten minutes between commits, every
+/// word reaches the output before the first commit.
+#[tokio::test(start_paused = true)]
+async fn the_last_batchs_outputs_go_out_without_waiting_for_a_commit() {
+    let kit = testkit(1, 4).await;
+    let (input, expected) = lines(200, 17);
+    produce_lines(&kit, &input).await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = streams_config(
+        &kit,
+        "wc-idle",
+        "a",
+        dir.path(),
+        &[("commit.interval.ms", "600000")],
+    );
+    let a = start(word_count(), config).await;
+    let total: u64 = expected.values().sum();
+    eventually("every word counted", Duration::from_secs(120), || async {
+        read_committed(&kit, OUTPUT).await.len() as u64 >= total
+    })
+    .await;
+    assert_eq!(a.metrics().commits, 0, "{:?}", a.metrics());
+    let out = read_committed(&kit, OUTPUT).await;
+    assert_eq!(out.len() as u64, total);
+    assert_eq!(last_counts(&out), expected);
+    a.close(Duration::from_secs(30)).await.unwrap();
+}
+
+/// Under at-least-once each stateful task's fence is a transaction that
+/// stays open for a commit interval, so its timeout defaults to
+/// `commit.interval.ms` + 30 s. An hour is over the broker's
+/// `transaction.max.timeout.ms` (15 min): the broker refuses every
+/// `InitProducerId`. The instance stops with a configuration error that
+/// names the property. It used to retry at once, forever: a spin that
+/// hammered the broker (and froze this test's paused clock).
+#[tokio::test(start_paused = true)]
+async fn a_transaction_timeout_the_broker_refuses_stops_the_instance_with_a_config_error() {
+    let kit = testkit(1, 2).await;
+    let (input, _) = lines(20, 19);
+    produce_lines(&kit, &input).await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = streams_config(
+        &kit,
+        "wc-long",
+        "a",
+        dir.path(),
+        &[("commit.interval.ms", "3600000")],
+    );
+    let a = start(word_count(), config).await;
+    eventually("the instance stops", Duration::from_secs(60), || async {
+        a.state() == weir_streams::State::Error
+    })
+    .await;
+    let err = a.close(Duration::from_secs(10)).await.unwrap_err();
+    let text = err.to_string();
+    assert!(
+        matches!(err, weir_streams::StreamsError::InvalidConfig { .. }),
+        "{text}"
+    );
+    assert!(text.contains("transaction.timeout.ms"), "{text}");
+    assert!(text.contains("3630000 ms"), "{text}");
+    assert!(read_committed(&kit, OUTPUT).await.is_empty());
+}

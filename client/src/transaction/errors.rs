@@ -3,7 +3,7 @@
 //!
 //! | Class | Causes | What the caller does |
 //! | --- | --- | --- |
-//! | [`Fatal`](TransactionErrorClass::Fatal) | `PRODUCER_FENCED`, `INVALID_PRODUCER_EPOCH`, `TRANSACTION_COORDINATOR_FENCED`, `INVALID_TXN_STATE` from the transaction coordinator, `TRANSACTIONAL_ID_AUTHORIZATION_FAILED` | Drop the producer. Another instance owns the transactional id (or the coordinator says this one can never succeed); nothing this one writes can commit. |
+//! | [`Fatal`](TransactionErrorClass::Fatal) | `PRODUCER_FENCED`, `INVALID_PRODUCER_EPOCH`, `TRANSACTION_COORDINATOR_FENCED`, `INVALID_TXN_STATE` from the transaction coordinator, `TRANSACTIONAL_ID_AUTHORIZATION_FAILED`, `INVALID_TRANSACTION_TIMEOUT` (the configured `transaction.timeout.ms` is over the broker's maximum) | Drop the producer. Another instance owns the transactional id (or the coordinator says this one can never succeed); nothing this one writes can commit. |
 //! | [`Abortable`](TransactionErrorClass::Abortable) | `TRANSACTION_ABORTABLE`; `INVALID_TXN_STATE` on Produce (KIP-890 verification: the partition is not in the transaction); a `TxnOffsetCommit` refused with `ILLEGAL_GENERATION`, `UNKNOWN_MEMBER_ID` or `FENCED_INSTANCE_ID` (the caller's group membership is stale: it is a zombie for those partitions); a record that could not be delivered | Call [`abort`](super::TransactionalProducer::abort), then rejoin the group / rewind the input and go on. |
 //! | [`Retriable`](TransactionErrorClass::Retriable) | `CONCURRENT_TRANSACTIONS`, `COORDINATOR_LOAD_IN_PROGRESS`, `NOT_COORDINATOR`, `COORDINATOR_NOT_AVAILABLE`, lost connections | Nothing: the client retries these itself. Only when `default.api.timeout.ms` runs out does the caller see one; then calling the same operation again is safe (`commit` and `abort` are idempotent). |
 
@@ -82,7 +82,10 @@ pub(crate) fn classify(error: &ClientError) -> TransactionErrorClass {
             | codes::INVALID_PRODUCER_EPOCH
             | codes::TRANSACTION_COORDINATOR_FENCED
             | codes::INVALID_TXN_STATE
-            | codes::TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+            | codes::TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+            // Java's `InitProducerIdHandler` makes it fatal too: the same
+            // configuration is refused again on every try.
+            | codes::INVALID_TRANSACTION_TIMEOUT,
         ) => TransactionErrorClass::Fatal,
         Some(
             codes::CONCURRENT_TRANSACTIONS
@@ -123,6 +126,7 @@ mod tests {
             (codes::PRODUCER_FENCED, Fatal),
             (codes::INVALID_PRODUCER_EPOCH, Fatal),
             (codes::TRANSACTION_COORDINATOR_FENCED, Fatal),
+            (codes::INVALID_TRANSACTION_TIMEOUT, Fatal),
             (codes::TRANSACTION_ABORTABLE, Abortable),
             (codes::ILLEGAL_GENERATION, Abortable),
             (codes::UNKNOWN_MEMBER_ID, Abortable),

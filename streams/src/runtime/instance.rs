@@ -481,6 +481,11 @@ pub(crate) async fn run(
             report = reports.recv() => match report {
                 Some(WorkerReport::Failed { worker, error }) => {
                     tracing::error!(worker, error = %error, "stream thread failed");
+                    // A configuration the cluster refuses fails on every
+                    // thread and every retry: stop, whatever the handler.
+                    if matches!(error, StreamsError::InvalidConfig { .. }) {
+                        break Err(error);
+                    }
                     match rt.config.processing_errors {
                         ProcessingErrorHandling::ShutdownClient => break Err(error),
                         // A replaced thread restarts its tasks from their

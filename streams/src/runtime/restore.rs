@@ -101,12 +101,42 @@ async fn take_fence(rt: &Runtime, task: TaskId) -> Result<TransactionalProducer>
     fence
         .init_transactions()
         .await
-        .map_err(|e| StreamsError::client(format!("task {task}: fencing {id}"), e))?;
+        .map_err(|e| init_error(rt, format!("task {task}: fencing {id}"), e))?;
     fence
         .begin()
         .map_err(|e| StreamsError::client(format!("task {task}: begin"), e))?;
     tracing::debug!(task = %task, transactional_id = %id, "task fence taken over");
     Ok(fence)
+}
+
+/// The error of a refused `InitProducerId`. A transaction timeout over the
+/// broker's `transaction.max.timeout.ms` can never be accepted: that is the
+/// application's configuration, reported as such (the instance stops), not
+/// a failure to retry. Under at-least-once the timeout defaults to
+/// `commit.interval.ms` + 30 s, so a long commit interval meets it.
+pub(crate) fn init_error(
+    rt: &Runtime,
+    context: String,
+    e: weir_client::ClientError,
+) -> StreamsError {
+    let refused = match &e {
+        weir_client::ClientError::Transaction { source, .. } => source.kafka_code(),
+        other => other.kafka_code(),
+    }
+    .is_some_and(|c| c.code == weir_client::kerror::codes::INVALID_TRANSACTION_TIMEOUT);
+    if refused {
+        return StreamsError::InvalidConfig {
+            property: "transaction.timeout.ms".into(),
+            reason: format!(
+                "{context}: the broker refused a transaction timeout of {} ms, over its \
+                 transaction.max.timeout.ms (15 min by default); under at-least-once it is \
+                 commit.interval.ms + 30 s unless set: lower commit.interval.ms or \
+                 transaction.timeout.ms, or raise the broker's limit",
+                rt.config.transaction_timeout().as_millis()
+            ),
+        };
+    }
+    StreamsError::client(context, e)
 }
 
 /// Who a catch-up is for.

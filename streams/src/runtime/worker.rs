@@ -44,6 +44,10 @@ pub(crate) enum WorkerReport {
 
 type Restoring = JoinHandle<(TaskId, Result<Prepared>)>;
 
+/// What a task wrote: its outputs (and repartition records) and its
+/// changelog records.
+type Written = (TaskId, Vec<OutputRecord>, Vec<OutputRecord>);
+
 pub(crate) struct Worker {
     rt: Arc<Runtime>,
     index: usize,
@@ -57,8 +61,19 @@ pub(crate) struct Worker {
     /// Tasks whose uncommitted work was dropped while the worker still owns
     /// them: started again from their last commit once writing is allowed.
     revive: BTreeSet<TaskId>,
+    /// Tasks whose last start failed: not started again before the instant.
+    /// The wait doubles with each failure, from `retry.backoff.ms` up to
+    /// `retry.backoff.max.ms`; a start that keeps failing (a broker that
+    /// refuses the fence) never spins.
+    retry_at: BTreeMap<TaskId, (Instant, std::time::Duration)>,
     /// Outputs and repartition records sent since the last commit.
     outputs: DeliveryGroup,
+    /// The outputs and repartition records of the last processed batch, not
+    /// yet handed to the producer: they are encoded into batches while the
+    /// next batch is processed, so the two overlap on two cores. Every
+    /// other write, a commit and an idle poll send them first; dropping a
+    /// task's uncommitted work drops its entries.
+    unsent: Vec<(TaskId, Vec<OutputRecord>)>,
     last_commit: Instant,
     /// Records whose processing failed under `processing.exception.handler
     /// = skip`: passed over when the restarted tasks fetch them again.
@@ -165,7 +180,9 @@ impl Worker {
             owned: BTreeMap::new(),
             restoring: BTreeMap::new(),
             revive: BTreeSet::new(),
+            retry_at: BTreeMap::new(),
             outputs: DeliveryGroup::new(),
+            unsent: Vec::new(),
             last_commit: Instant::now(),
             skip: BTreeSet::new(),
             output_gate: None,
@@ -195,7 +212,7 @@ impl Worker {
                     .map_err(|e| StreamsError::client("transactional producer", e))?;
                     txn.init_transactions()
                         .await
-                        .map_err(|e| StreamsError::client(format!("init {id}"), e))?;
+                        .map_err(|e| restore::init_error(rt, format!("init {id}"), e))?;
                     txn.begin().map_err(|e| StreamsError::client("begin", e))?;
                     Producers::ExactlyOnce(Box::new(txn))
                 }
@@ -289,10 +306,21 @@ impl Worker {
                         self.restored(task, result).await;
                     }
                 }
-                polled = self.consumer.poll_for(self.rt.config.poll), if polling => match polled {
+                // Outputs waiting to overlap the next batch's processing
+                // wait for no fetch: with nothing buffered they go at once.
+                polled = self.consumer.poll_for(if self.unsent.is_empty() {
+                    self.rt.config.poll
+                } else {
+                    std::time::Duration::ZERO
+                }), if polling => match polled {
                     Ok(records) => {
                         let any = !records.is_empty();
-                        if let Err(e) = self.process(records).await {
+                        let done = if any {
+                            self.process(records).await
+                        } else {
+                            self.send(Vec::new()).await
+                        };
+                        if let Err(e) = done {
                             self.fail(e).await;
                         }
                         if any {
@@ -312,8 +340,15 @@ impl Worker {
     /// Timers: wall-clock punctuation, the commit interval, revival.
     async fn tick(&mut self) -> Result<()> {
         if !self.revive.is_empty() && self.writable() && self.confirmed() {
-            let tasks: Vec<TaskId> = std::mem::take(&mut self.revive).into_iter().collect();
-            for id in tasks {
+            let now = Instant::now();
+            let due: Vec<TaskId> = self
+                .revive
+                .iter()
+                .filter(|id| self.retry_at.get(id).is_none_or(|(at, _)| *at <= now))
+                .copied()
+                .collect();
+            for id in due {
+                self.revive.remove(&id);
                 if let Some(parts) = self.owned.get(&id).cloned() {
                     tracing::info!(task = %id, "restarting task from its last commit");
                     self.start_restore(id, parts);
@@ -335,7 +370,14 @@ impl Worker {
                 active.task.take_changelog_due(),
             ));
         }
-        self.send(outputs).await?;
+        // Nothing punctuated: the last batch's outputs stay to overlap the
+        // next one's processing.
+        if outputs
+            .iter()
+            .any(|(_, o, c)| !o.is_empty() || !c.is_empty())
+        {
+            self.send(outputs).await?;
+        }
         if self.last_commit.elapsed() >= self.rt.config.commit_interval {
             self.commit(false).await?;
         }
@@ -386,6 +428,22 @@ impl Worker {
         self.restoring.insert(id, handle);
     }
 
+    /// Starts `id` again after the next backoff (see `retry_at`), which it
+    /// returns.
+    fn retry_later(&mut self, id: TaskId) -> std::time::Duration {
+        let client = &self.rt.config.client;
+        let backoff = self
+            .retry_at
+            .get(&id)
+            .map_or(client.retry_backoff, |(_, last)| {
+                (*last * 2).min(client.retry_backoff_max)
+            });
+        self.retry_at
+            .insert(id, (Instant::now() + backoff, backoff));
+        self.revive.insert(id);
+        backoff
+    }
+
     /// A task's stores are restored: create it and start fetching its inputs
     /// from the committed offsets.
     async fn restored(&mut self, id: TaskId, result: Result<Prepared>) {
@@ -394,9 +452,13 @@ impl Worker {
         };
         let prepared = match result {
             Ok(p) => p,
+            Err(e @ StreamsError::InvalidConfig { .. }) => {
+                self.fail(e).await;
+                return;
+            }
             Err(e) => {
-                tracing::warn!(task = %id, error = %e, "preparing the task failed; retrying");
-                self.revive.insert(id);
+                let backoff = self.retry_later(id);
+                tracing::warn!(task = %id, error = %e, backoff = ?backoff, "preparing the task failed; retrying");
                 return;
             }
         };
@@ -420,12 +482,17 @@ impl Worker {
         .await;
         let (task, committed) = match started {
             Ok(v) => v,
+            Err(e @ StreamsError::InvalidConfig { .. }) => {
+                self.fail(e).await;
+                return;
+            }
             Err(e) => {
-                tracing::warn!(task = %id, error = %e, "starting the task failed; retrying");
-                self.revive.insert(id);
+                let backoff = self.retry_later(id);
+                tracing::warn!(task = %id, error = %e, backoff = ?backoff, "starting the task failed; retrying");
                 return;
             }
         };
+        self.retry_at.remove(&id);
         let mut assignment = self.consumer.assignment();
         assignment.extend(inputs.iter().cloned());
         self.consumer.assign(assignment);
@@ -489,7 +556,12 @@ impl Worker {
         }
         let handling = self.rt.config.deserialization;
         let mut skip = std::mem::take(&mut self.skip);
-        let (batch, result, skip, failed) = tokio::task::spawn_blocking(move || {
+        // The last batch's outputs are written while this one is processed.
+        let overlap: Vec<Written> = std::mem::take(&mut self.unsent)
+            .into_iter()
+            .map(|(id, outputs)| (id, outputs, Vec::new()))
+            .collect();
+        let job = tokio::task::spawn_blocking(move || {
             let mut batch = batch;
             let mut result = Ok(0u64);
             let mut failed = None;
@@ -506,7 +578,9 @@ impl Worker {
                     }
                     match active.task.process(r) {
                         Ok(()) => {}
-                        Err(StreamsError::Serde(e)) if handling == DeserializationHandling::LogAndContinue => {
+                        Err(StreamsError::Serde(e))
+                            if handling == DeserializationHandling::LogAndContinue =>
+                        {
                             tracing::warn!(task = %active.task.id(), topic = %r.topic, partition = r.partition, offset = r.offset, error = %e, "skipping a record that does not deserialize");
                             active.task.skip(&r.topic, r.offset);
                         }
@@ -523,22 +597,29 @@ impl Worker {
                 }
             }
             (batch, result, skip, failed)
-        })
-        .await
-        .map_err(|e| StreamsError::NotRunning(format!("processing job: {e}")))?;
-        let mut outputs = Vec::new();
+        });
+        // `write` never suspends the tasks (some are in the job): a lease
+        // that ended is answered below, with every task back.
+        let (joined, overlapped) = tokio::join!(job, self.write(overlap));
+        let (batch, result, skip, failed) =
+            joined.map_err(|e| StreamsError::NotRunning(format!("processing job: {e}")))?;
+        let mut changelogs = Vec::new();
         for (id, mut active, _) in batch {
             // A caching store's changelog records wait for the commit (each
             // key's latest write), unless they outgrow
             // `cache.max.bytes.buffering`.
-            outputs.push((
-                id,
-                active.task.take_outputs(),
-                active.task.take_changelog_due(),
-            ));
+            let outputs = active.task.take_outputs();
+            if !outputs.is_empty() {
+                self.unsent.push((id, outputs));
+            }
+            changelogs.push((id, Vec::new(), active.task.take_changelog_due()));
             self.tasks.insert(id, active);
         }
         self.skip = skip;
+        if !overlapped? {
+            self.suspend_all("the membership lease ended").await;
+            return Ok(());
+        }
         if let (Err(StreamsError::Process { .. }), Some(at)) = (&result, failed)
             && self.rt.config.processing_errors == ProcessingErrorHandling::SkipRecord
         {
@@ -549,24 +630,49 @@ impl Worker {
             .counters
             .processed
             .fetch_add(processed, Ordering::Relaxed);
-        self.send(outputs).await
+        // The changelog records go now: a record's changelog write is sent
+        // no later than it was before outputs overlapped processing.
+        self.hand_over(changelogs).await
     }
 
-    /// Sends what tasks wrote: outputs through the worker's producer,
-    /// changelogs through each task's fence (at-least-once) or all through
-    /// the worker's transaction (exactly-once).
-    async fn send(
-        &mut self,
-        written: Vec<(TaskId, Vec<OutputRecord>, Vec<OutputRecord>)>,
-    ) -> Result<()> {
+    /// Sends what tasks wrote, after the outputs still [`unsent`](Self::unsent):
+    /// outputs through the worker's producer, changelogs through each task's
+    /// fence (at-least-once) or all through the worker's transaction
+    /// (exactly-once).
+    async fn send(&mut self, written: Vec<Written>) -> Result<()> {
+        let mut all: Vec<Written> = std::mem::take(&mut self.unsent)
+            .into_iter()
+            .map(|(id, outputs)| (id, outputs, Vec::new()))
+            .collect();
+        all.extend(written);
+        self.hand_over(all).await
+    }
+
+    /// [`write`](Self::write)s, or drops every task's uncommitted work if
+    /// the lease has ended.
+    async fn hand_over(&mut self, written: Vec<Written>) -> Result<()> {
         if written.iter().all(|(_, o, c)| o.is_empty() && c.is_empty()) {
             return Ok(());
         }
-        if !self.writable() {
-            // Staged writes whose changelog records are not sent must never
-            // be committed: drop the tasks' uncommitted work.
+        if !self.write(written).await? {
+            // Staged writes whose records are not sent must never be
+            // committed: drop the tasks' uncommitted work.
             self.suspend_all("the membership lease ended").await;
-            return Ok(());
+        }
+        Ok(())
+    }
+
+    /// Hands records to the producers if the lease is valid; `false` (and
+    /// nothing written) if it has ended, which the caller must answer by
+    /// dropping the uncommitted work of every task. It never touches
+    /// `self.tasks` but to find a changelog's fence and delivery group, so it
+    /// may run while some tasks are out processing, given only outputs.
+    async fn write(&mut self, written: Vec<Written>) -> Result<bool> {
+        if written.iter().all(|(_, o, c)| o.is_empty() && c.is_empty()) {
+            return Ok(true);
+        }
+        if !self.writable() {
+            return Ok(false);
         }
         if let Some(pause) = self.rt.config.pause_before_write.due() {
             tracing::warn!(pause = ?pause, "test hook: the worker is descheduled between its lease check and its writes");
@@ -575,7 +681,7 @@ impl Worker {
         self.producers().await?;
         let gate = self.output_gate();
         let Some(producers) = self.producers.as_ref() else {
-            return Ok(());
+            return Ok(true);
         };
         for (id, outputs, changelog) in written {
             // Each list joins its batches in one step (one lock, one memory
@@ -621,7 +727,7 @@ impl Worker {
             }
             .map_err(|e| StreamsError::client(format!("task {id}: changelog"), e))?;
         }
-        Ok(())
+        Ok(true)
     }
 
     /// Commits the tasks' work. `instructed`: the instance asked for it
@@ -765,6 +871,7 @@ impl Worker {
         // Records still in flight settle into the dropped tally, never the
         // next commit's.
         self.outputs = DeliveryGroup::new();
+        self.unsent.clear();
         let ids: Vec<TaskId> = self.tasks.keys().copied().collect();
         for id in ids {
             if let Some(mut active) = self.tasks.remove(&id) {
@@ -794,9 +901,12 @@ impl Worker {
         {
             tracing::warn!(error = %e, "commit before revocation failed");
         }
+        // The commit sent them; if it could not, they are not to be sent.
+        self.unsent.retain(|(id, _)| !tasks.contains(id));
         for id in tasks {
             self.owned.remove(id);
             self.revive.remove(id);
+            self.retry_at.remove(id);
             if let Some(h) = self.restoring.remove(id) {
                 h.abort();
                 let _ = h.await;
@@ -825,9 +935,11 @@ impl Worker {
 
     /// Closes `tasks` without committing: another member may own them now.
     async fn lose(&mut self, tasks: &[TaskId]) {
+        self.unsent.retain(|(id, _)| !tasks.contains(id));
         for id in tasks {
             self.owned.remove(id);
             self.revive.remove(id);
+            self.retry_at.remove(id);
             if let Some(h) = self.restoring.remove(id) {
                 h.abort();
                 let _ = h.await;
