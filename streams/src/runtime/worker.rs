@@ -327,7 +327,15 @@ impl Worker {
                             self.publish_positions().await;
                         }
                     }
-                    Err(e) => tracing::warn!(error = %e, "poll failed"),
+                    Err(e) => {
+                        tracing::warn!(error = %e, "poll failed");
+                        // The held outputs go now: a poll that keeps failing
+                        // at once must not keep them waiting (or spin on a
+                        // zero wait).
+                        if let Err(e) = self.send(Vec::new()).await {
+                            self.fail(e).await;
+                        }
+                    }
                 },
                 _ = tokio::time::sleep(self.rt.config.poll), if !polling => {}
             }
@@ -349,6 +357,9 @@ impl Worker {
                 .collect();
             for id in due {
                 self.revive.remove(&id);
+                if self.tasks.contains_key(&id) || self.restoring.contains_key(&id) {
+                    continue; // started meanwhile
+                }
                 if let Some(parts) = self.owned.get(&id).cloned() {
                     tracing::info!(task = %id, "restarting task from its last commit");
                     self.start_restore(id, parts);
@@ -414,6 +425,10 @@ impl Worker {
             }
             if !self.tasks.contains_key(&id) && !self.restoring.contains_key(&id) {
                 let parts = entry.clone();
+                // This start replaces a pending retry: two restores of one
+                // task would each take its fence and store.
+                self.revive.remove(&id);
+                self.retry_at.remove(&id);
                 self.start_restore(id, parts);
             }
         }
@@ -804,7 +819,15 @@ impl Worker {
                 ));
             }
         }
-        self.send(flushed).await?;
+        if let Err(e) = self.send(flushed).await {
+            // `send` stops at the first record the producer refuses; the
+            // records after it, other tasks' among them, were never handed
+            // over. No task may commit over them: every caller must see
+            // the work dropped, `revoke` too, whose other tasks run on.
+            tracing::warn!(error = %e, "sending before the commit failed: dropping uncommitted work");
+            self.suspend_all("sending before the commit failed").await;
+            return Err(e);
+        }
         let rt = Arc::clone(&self.rt);
         let result = match self.producers.as_ref() {
             Some(Producers::AtLeastOnce(p)) => {
