@@ -666,9 +666,8 @@ impl Worker {
     /// [`write`](Self::write)s, or drops every task's uncommitted work if
     /// the lease has ended.
     async fn hand_over(&mut self, written: Vec<Written>) -> Result<()> {
-        if written.iter().all(|(_, o, c)| o.is_empty() && c.is_empty()) {
-            return Ok(());
-        }
+        // Nothing to write is never refused: `write` checks the lease only
+        // for records.
         if !self.write(written).await? {
             // Staged writes whose records are not sent must never be
             // committed: drop the tasks' uncommitted work.
