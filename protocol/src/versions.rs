@@ -13,10 +13,14 @@ use kafka_protocol::protocol::{Request, VersionRange};
 
 use crate::{ProtocolError, Result};
 
-/// The version ranges a broker advertised.
+/// The version ranges a broker advertised, and the cluster's finalized
+/// feature levels it reported with them (ApiVersions v3+).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct BrokerVersions {
     ranges: HashMap<i16, VersionRange>,
+    /// Feature name to its finalized (cluster-wide) maximum level, for
+    /// example `transaction.version` -> 2 on a new Kafka 4.x cluster.
+    finalized: HashMap<String, i16>,
 }
 
 impl BrokerVersions {
@@ -36,7 +40,17 @@ impl BrokerVersions {
                 )
             })
             .collect();
-        Self { ranges }
+        // Kafka marks the list valid only with an epoch of 0 or more.
+        let finalized = if response.finalized_features_epoch >= 0 {
+            response
+                .finalized_features
+                .iter()
+                .map(|f| (f.name.to_string(), f.max_version_level))
+                .collect()
+        } else {
+            HashMap::new()
+        };
+        Self { ranges, finalized }
     }
 
     /// Ranges from explicit `(api, min, max)` triples, for tests and fakes.
@@ -46,7 +60,27 @@ impl BrokerVersions {
                 .into_iter()
                 .map(|(k, min, max)| (k as i16, VersionRange { min, max }))
                 .collect(),
+            finalized: HashMap::new(),
         }
+    }
+
+    /// The same ranges with `feature` finalized at `level`, for tests and fakes.
+    #[must_use]
+    pub fn with_finalized(mut self, feature: &str, level: i16) -> Self {
+        self.finalized.insert(feature.to_owned(), level);
+        self
+    }
+
+    /// The finalized level of a cluster feature, if the broker reported it.
+    ///
+    /// ```
+    /// use weir_protocol::versions::BrokerVersions;
+    /// let v = BrokerVersions::default().with_finalized("transaction.version", 2);
+    /// assert_eq!(v.finalized_level("transaction.version"), Some(2));
+    /// assert_eq!(v.finalized_level("group.version"), None);
+    /// ```
+    pub fn finalized_level(&self, feature: &str) -> Option<i16> {
+        self.finalized.get(feature).copied()
     }
 
     /// The broker's range for `api`, if it supports it at all.
@@ -115,6 +149,27 @@ mod tests {
                 .negotiate(ApiKey::Fetch, VersionRange { min: 0, max: 6 })
                 .unwrap(),
             6
+        );
+    }
+
+    #[test]
+    fn reads_finalized_features_only_with_a_valid_epoch() {
+        use kafka_protocol::messages::api_versions_response::FinalizedFeatureKey;
+        let feature = FinalizedFeatureKey::default()
+            .with_name("transaction.version".into())
+            .with_min_version_level(0)
+            .with_max_version_level(2);
+        let resp = ApiVersionsResponse::default()
+            .with_finalized_features_epoch(7)
+            .with_finalized_features(vec![feature.clone()]);
+        let versions = BrokerVersions::from_response(&resp);
+        assert_eq!(versions.finalized_level("transaction.version"), Some(2));
+        let stale = ApiVersionsResponse::default()
+            .with_finalized_features_epoch(-1)
+            .with_finalized_features(vec![feature]);
+        assert_eq!(
+            BrokerVersions::from_response(&stale).finalized_level("transaction.version"),
+            None
         );
     }
 

@@ -100,6 +100,19 @@ struct Inner {
     coordinators: coordinator::CoordinatorCache,
 }
 
+/// A response with what was negotiated for it (see [`Cluster::request_at_most`]).
+#[derive(Debug)]
+#[non_exhaustive]
+pub struct Negotiated<T> {
+    /// The version the request was sent at.
+    pub version: i16,
+    /// Whether the answering broker runs transaction version 2 (see
+    /// [`Messenger::transaction_v2`]).
+    pub transaction_v2: bool,
+    /// The response.
+    pub response: T,
+}
+
 /// A handle on the cluster, cheap to clone.
 #[derive(Clone)]
 pub struct Cluster {
@@ -384,6 +397,37 @@ impl Cluster {
         result
     }
 
+    /// [`request`](Self::request) at no more than version `max` (see
+    /// [`Messenger::version_at_most`]); returns the version used and
+    /// whether that broker runs transaction version 2 with the response.
+    ///
+    /// # Errors
+    /// As [`request`](Self::request).
+    pub async fn request_at_most<R>(
+        &self,
+        broker: BrokerId,
+        lane: Lane,
+        req: &R,
+        max: Option<i16>,
+    ) -> Result<Negotiated<R::Response>>
+    where
+        R: Request,
+        R::Response: ThrottleTime,
+    {
+        let conn = self.connection(broker, lane).await?;
+        let transaction_v2 = conn.transaction_v2();
+        let result = conn.request_at_most(req, max).await;
+        if result.as_ref().is_err_and(ClientError::is_network) {
+            self.inner.pool.discard(broker, lane, &conn).await;
+        }
+        let (version, response) = result?;
+        Ok(Negotiated {
+            version,
+            transaction_v2,
+            response,
+        })
+    }
+
     /// Queues `req` on the connection to `broker` on `lane` and returns as
     /// soon as its frame is queued, with a future for the response. Calls
     /// made one after another from one task put their requests on the wire
@@ -405,8 +449,27 @@ impl Cluster {
         R: Request + 'static,
         R::Response: ThrottleTime + Send + 'static,
     {
+        self.enqueue_at_most(broker, lane, req, None).await
+    }
+
+    /// [`enqueue`](Self::enqueue) at no more than version `max` (see
+    /// [`Messenger::version_at_most`]).
+    ///
+    /// # Errors
+    /// As [`enqueue`](Self::enqueue).
+    pub async fn enqueue_at_most<R>(
+        &self,
+        broker: BrokerId,
+        lane: Lane,
+        req: &R,
+        max: Option<i16>,
+    ) -> Result<impl Future<Output = Result<R::Response>> + Send + 'static + use<R>>
+    where
+        R: Request + 'static,
+        R::Response: ThrottleTime + Send + 'static,
+    {
         let conn = self.connection(broker, lane).await?;
-        let pending = match conn.enqueue(req).await {
+        let pending = match conn.enqueue_at_most(req, max).await {
             Ok(pending) => pending,
             Err(e) => {
                 if e.is_network() {

@@ -383,10 +383,47 @@ impl Messenger {
     /// # Errors
     /// [`ClientError::Protocol`] naming the API when there is none.
     pub fn version_for<R: Request>(&self) -> Result<i16> {
+        self.version_at_most::<R>(None)
+    }
+
+    /// [`version_for`](Self::version_for), capped further at `max` where
+    /// the caller needs an older version's semantics (a transaction of
+    /// transaction version 1 sends EndTxn at most v4, say).
+    ///
+    /// # Errors
+    /// As [`version_for`](Self::version_for).
+    pub fn version_at_most<R: Request>(&self, max: Option<i16>) -> Result<i16> {
         let api = api_key_of::<R>().map_err(|e| self.protocol_error(e))?;
+        let cap = match (version_cap(api), max) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
         self.versions
-            .negotiate_for::<R>(version_cap(api))
+            .negotiate_for::<R>(cap)
             .map_err(|e| self.protocol_error(e))
+    }
+
+    /// The cluster's finalized `transaction.version` as this broker
+    /// reported it (0 when it reported none: a broker before Kafka 4.0, or
+    /// one formatted with `transaction.version=0`). Level 2 is KIP-890's
+    /// transaction version 2: EndTxn v5 bumps the producer epoch at every
+    /// commit or abort, and partitions join a transaction implicitly.
+    pub fn transaction_version(&self) -> i16 {
+        self.versions
+            .finalized_level("transaction.version")
+            .unwrap_or(0)
+    }
+
+    /// Whether transactions through this broker use transaction version 2
+    /// (KIP-890 part 2): the cluster finalized `transaction.version` >= 2
+    /// and the broker speaks the versions that carry it (EndTxn v5,
+    /// TxnOffsetCommit v5, Produce v12), as Kafka's Java producer decides.
+    pub fn transaction_v2(&self) -> bool {
+        let speaks = |api: ApiKey, v: i16| self.versions.range(api).is_some_and(|r| r.max >= v);
+        self.transaction_version() >= 2
+            && speaks(ApiKey::EndTxn, 5)
+            && speaks(ApiKey::TxnOffsetCommit, 5)
+            && speaks(ApiKey::Produce, 12)
     }
 
     /// The error this connection was poisoned with, if any.
@@ -468,6 +505,24 @@ impl Messenger {
             .await
     }
 
+    /// [`request`](Self::request) at no more than version `max` (see
+    /// [`version_at_most`](Self::version_at_most)). Returns the version
+    /// used with the response, since its fields depend on it.
+    ///
+    /// # Errors
+    /// As [`request`](Self::request).
+    pub async fn request_at_most<R>(&self, req: &R, max: Option<i16>) -> Result<(i16, R::Response)>
+    where
+        R: Request,
+        R::Response: ThrottleTime,
+    {
+        let version = self.version_at_most::<R>(max)?;
+        let response = self
+            .request_at(version, req, self.options.request_timeout)
+            .await?;
+        Ok((version, response))
+    }
+
     /// Sends `req` at `version` and waits at most `timeout` for the response.
     ///
     /// # Errors
@@ -532,7 +587,20 @@ impl Messenger {
         R: Request,
         R::Response: ThrottleTime,
     {
-        let version = self.version_for::<R>()?;
+        self.enqueue_at_most(req, None).await
+    }
+
+    /// [`enqueue`](Self::enqueue) at no more than version `max` (see
+    /// [`version_at_most`](Self::version_at_most)).
+    ///
+    /// # Errors
+    /// As [`enqueue`](Self::enqueue).
+    pub async fn enqueue_at_most<R>(&self, req: &R, max: Option<i16>) -> Result<PendingResponse<R>>
+    where
+        R: Request,
+        R::Response: ThrottleTime,
+    {
+        let version = self.version_at_most::<R>(max)?;
         let api = api_key_of::<R>().map_err(|e| self.protocol_error(e))?;
         let waiting = self
             .queue_frame(api, version, req, true)

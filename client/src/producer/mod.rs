@@ -23,7 +23,7 @@ pub mod sequence;
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI16, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll};
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -86,9 +86,24 @@ pub(crate) struct Shared {
     /// batches carry the transactional bit and the id, and only the
     /// transaction layer may change the producer id and epoch.
     transactional_id: Option<String>,
+    /// The highest Produce version to send, or -1 for no cap beyond
+    /// Weir's own. A transactional producer starts at 11, the last version
+    /// of transaction version 1: v12 tells the broker that the client runs
+    /// transaction version 2 (partitions added implicitly), which only the
+    /// transaction layer may decide (see [`Producer::set_transaction_v2`]).
+    produce_version_cap: AtomicI16,
 }
 
+/// The last Produce version of transaction version 1 (KIP-890).
+const LAST_PRODUCE_VERSION_BEFORE_TV2: i16 = 11;
+
 impl Shared {
+    /// The cap on the Produce version, if any.
+    pub(crate) fn produce_version_cap(&self) -> Option<i16> {
+        let cap = self.produce_version_cap.load(Ordering::Acquire);
+        (cap >= 0).then_some(cap)
+    }
+
     fn lock(&self) -> MutexGuard<'_, State> {
         // A panic while holding the lock leaves consistent data: every
         // mutation is a single step.
@@ -239,6 +254,22 @@ impl Producer {
         shared.wake.notify_one();
     }
 
+    /// Whether the coming transaction runs under transaction version 2:
+    /// its batches then go at Produce v12, which lets the broker add their
+    /// partitions to the transaction; otherwise at most v11. Set between
+    /// transactions only, when nothing of the last one is in flight.
+    pub(crate) fn set_transaction_v2(&self, on: bool) {
+        let cap = if on {
+            -1
+        } else {
+            LAST_PRODUCE_VERSION_BEFORE_TV2
+        };
+        self.handle
+            .shared
+            .produce_version_cap
+            .store(cap, Ordering::Release);
+    }
+
     fn start(
         cluster: Cluster,
         options: ProducerOptions,
@@ -278,6 +309,11 @@ impl Producer {
             closed: AtomicBool::new(false),
             requests_in_flight: AtomicUsize::new(0),
             order: dispatch::SendOrder::default(),
+            produce_version_cap: AtomicI16::new(if transactional_id.is_some() {
+                LAST_PRODUCE_VERSION_BEFORE_TV2
+            } else {
+                -1
+            }),
             transactional_id,
         });
         let sender = tokio::spawn(sender::run(Arc::clone(&shared)));

@@ -354,7 +354,10 @@ async fn send_request(shared: Arc<Shared>, mut request: Outgoing) {
             drop(request.ticket);
             handle_unanswered(&shared, broker, sendable, result.err(), true);
         } else {
-            let queued = shared.cluster.enqueue(broker, Lane::Produce, &req).await;
+            let queued = shared
+                .cluster
+                .enqueue_at_most(broker, Lane::Produce, &req, shared.produce_version_cap())
+                .await;
             drop(request.ticket);
             // A failure before the frame was queued leaves nothing written;
             // one after it (timeout, lost connection) may follow a write.

@@ -298,7 +298,7 @@ impl TransactionalProducer {
         } else {
             None
         };
-        let (pid, epoch) = requests::init_producer_id(
+        let got = requests::init_producer_id(
             self.cluster(),
             &self.config.transactional_id,
             timeout_ms,
@@ -306,13 +306,28 @@ impl TransactionalProducer {
         )
         .await
         .map_err(|e| self.fail(operation, e))?;
-        self.producer.set_identity(pid, epoch);
+        self.adopt(got.producer_id, got.epoch);
         let mut p = self.lock();
-        p.producer_id = pid;
-        p.epoch = epoch;
+        p.next_transaction_v2 = got.transaction_v2;
         p.state = TransactionState::Ready;
-        tracing::debug!(transactional_id = %self.config.transactional_id, producer_id = pid, epoch, "transactions initialised");
+        tracing::debug!(
+            transactional_id = %self.config.transactional_id,
+            producer_id = got.producer_id,
+            epoch = got.epoch,
+            transaction_v2 = got.transaction_v2,
+            "transactions initialised"
+        );
         Ok(())
+    }
+
+    /// Takes a producer id and epoch the coordinator gave (InitProducerId,
+    /// or EndTxn under transaction version 2): the next records are
+    /// written as them, every sequence from 0.
+    fn adopt(&self, producer_id: i64, epoch: i16) {
+        self.producer.set_identity(producer_id, epoch);
+        let mut p = self.lock();
+        p.producer_id = producer_id;
+        p.epoch = epoch;
     }
 
     /// Starts a transaction. Nothing goes to the coordinator until the
@@ -328,6 +343,9 @@ impl TransactionalProducer {
             return Err(self.refuse("begin"));
         }
         p.start_transaction();
+        // Between transactions nothing is in flight: the Produce version
+        // can change here.
+        self.producer.set_transaction_v2(p.transaction_v2);
         Ok(())
     }
 
@@ -508,6 +526,14 @@ impl TransactionalProducer {
             if p.partitions.contains(tp) {
                 return Ok(());
             }
+            if p.transaction_v2 {
+                // Transaction version 2: the partition leader adds the
+                // partition when the first Produce (v12) arrives. From now
+                // on the coordinator may hold an open transaction.
+                p.partitions.insert(tp.clone());
+                p.coordinator_knows = true;
+                return Ok(());
+            }
             p.waiting.insert(tp.clone());
         }
         let _turn = self.adding.lock().await;
@@ -609,8 +635,16 @@ impl TransactionalProducer {
             ));
         }
         let id = self.identity();
-        let added = self.lock().groups.contains(&group.group_id);
-        if !added {
+        let (added, transaction_v2) = {
+            let mut p = self.lock();
+            if p.transaction_v2 {
+                // Transaction version 2: TxnOffsetCommit v5 puts the
+                // offsets partition into the transaction itself.
+                p.coordinator_knows = true;
+            }
+            (p.groups.contains(&group.group_id), p.transaction_v2)
+        };
+        if !added && !transaction_v2 {
             requests::add_offsets(self.cluster(), &id, &group.group_id)
                 .await
                 .map_err(|e| {
@@ -621,7 +655,7 @@ impl TransactionalProducer {
             p.groups.insert(group.group_id.clone());
             p.coordinator_knows = true;
         }
-        requests::txn_offset_commit(self.cluster(), &id, group, offsets)
+        requests::txn_offset_commit(self.cluster(), &id, group, offsets, transaction_v2)
             .await
             .map_err(|e| self.fail("send_offsets_to_transaction", e))
     }
@@ -708,10 +742,14 @@ impl TransactionalProducer {
                 source: Box::new(source),
             });
         }
-        let (knows, maybe_open) = {
+        let (knows, maybe_open, transaction_v2) = {
             let p = self.lock();
-            (p.coordinator_knows, p.epoch_bump_required)
+            (p.coordinator_knows, p.epoch_bump_required, p.transaction_v2)
         };
+        // Under transaction version 2 the coordinator bumps the epoch at
+        // every EndTxn and answers with the new one: the next transaction
+        // must be written as it, or the coordinator refuses it as fenced.
+        let mut bumped = false;
         if knows || maybe_open {
             // With only a request of unknown outcome behind it, the
             // coordinator may have no transaction open: its
@@ -719,8 +757,14 @@ impl TransactionalProducer {
             // InitProducerId straight away: naming this epoch while a
             // transaction is open, it would be fenced, as Java notes.)
             let id = self.identity();
-            match requests::end_txn(self.cluster(), &id, commit).await {
-                Ok(()) => {}
+            match requests::end_txn(self.cluster(), &id, commit, transaction_v2).await {
+                Ok(ended) => {
+                    if let Some((producer_id, epoch)) = ended.next {
+                        self.adopt(producer_id, epoch);
+                        bumped = true;
+                    }
+                    self.lock().next_transaction_v2 = ended.transaction_v2;
+                }
                 Err(e)
                     if !knows
                         && e.kafka_code().map(|c| c.code) == Some(codes::INVALID_TXN_STATE) =>
@@ -736,7 +780,7 @@ impl TransactionalProducer {
         let records_failed = outcome.first_failure().is_some();
         self.lock().state = TransactionState::Ready;
         tracing::debug!(transactional_id = %self.config.transactional_id, commit, "transaction ended");
-        if records_failed || (maybe_open && !commit) {
+        if !bumped && (records_failed || (maybe_open && !commit)) {
             // A failed batch may have left the partition's sequence out of
             // step with the broker: start the next transaction on a new
             // epoch, where every sequence starts at 0 again. After a

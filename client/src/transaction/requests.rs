@@ -85,6 +85,25 @@ where
     }
 }
 
+/// What InitProducerId gave.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct NewEpoch {
+    pub producer_id: i64,
+    pub epoch: i16,
+    /// Whether the coordinator runs transaction version 2 (KIP-890).
+    pub transaction_v2: bool,
+}
+
+/// The highest EndTxn and TxnOffsetCommit version of a transaction of
+/// transaction version 1: v5 means version 2 to the coordinator (it bumps
+/// the epoch at every EndTxn and adds partitions implicitly), so a
+/// transaction that added its partitions itself must not send it.
+const LAST_VERSION_BEFORE_TV2: i16 = 4;
+
+fn cap_for(transaction_v2: bool) -> Option<i16> {
+    (!transaction_v2).then_some(LAST_VERSION_BEFORE_TV2)
+}
+
 /// InitProducerId for `transactional_id`: a new epoch, which fences every
 /// older instance and aborts (or completes) the transaction it left open.
 ///
@@ -98,7 +117,7 @@ pub(crate) async fn init_producer_id(
     transactional_id: &str,
     timeout_ms: i32,
     current: Option<(i64, i16)>,
-) -> Result<(i64, i16)> {
+) -> Result<NewEpoch> {
     let request = |(pid, epoch): (i64, i16)| {
         InitProducerIdRequest::default()
             .with_transactional_id(Some(TransactionalId(StrBytes::from_string(
@@ -132,9 +151,16 @@ pub(crate) async fn init_producer_id(
                     None => None,
                 };
                 let request = request(named.unwrap_or((-1, -1)));
-                let r = cluster.request(broker, Lane::Transaction, &request).await?;
+                let answer = cluster
+                    .request_at_most(broker, Lane::Transaction, &request, None)
+                    .await?;
+                let r = answer.response;
                 ClientError::check(r.error_code, ApiKey::InitProducerId, None, None)?;
-                Ok((r.producer_id.0, r.producer_epoch))
+                Ok(NewEpoch {
+                    producer_id: r.producer_id.0,
+                    epoch: r.producer_epoch,
+                    transaction_v2: answer.transaction_v2,
+                })
             }
         },
     )
@@ -225,11 +251,16 @@ pub(crate) async fn add_offsets(cluster: &Cluster, id: &TxnIdentity, group: &str
 
 /// TxnOffsetCommit to the group coordinator, carrying the group metadata so
 /// that the coordinator refuses a zombie (KIP-447).
+///
+/// Under transaction version 2 (`transaction_v2`) it goes at v5 and the
+/// coordinator puts the group's offsets partition into the transaction
+/// itself (no AddOffsetsToTxn); otherwise at most v4.
 pub(crate) async fn txn_offset_commit(
     cluster: &Cluster,
     id: &TxnIdentity,
     group: &GroupMetadata,
     offsets: &BTreeMap<TopicPartition, i64>,
+    transaction_v2: bool,
 ) -> Result<()> {
     let mut by_topic: BTreeMap<&str, Vec<TxnOffsetCommitRequestPartition>> = BTreeMap::new();
     for (tp, offset) in offsets {
@@ -266,7 +297,10 @@ pub(crate) async fn txn_offset_commit(
         |broker| {
             let request = &request;
             async move {
-                let r = cluster.request(broker, Lane::Transaction, request).await?;
+                let r = cluster
+                    .request_at_most(broker, Lane::Transaction, request, cap_for(transaction_v2))
+                    .await?
+                    .response;
                 for t in &r.topics {
                     for p in &t.partitions {
                         ClientError::check(
@@ -284,10 +318,31 @@ pub(crate) async fn txn_offset_commit(
     .await
 }
 
+/// What EndTxn gave.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Ended {
+    /// Under transaction version 2, the producer id and epoch the
+    /// coordinator moved to (the epoch is bumped at every EndTxn; a new
+    /// producer id with epoch 0 once the epoch is exhausted).
+    pub next: Option<(i64, i16)>,
+    /// Whether the coordinator runs transaction version 2, for the next
+    /// transaction.
+    pub transaction_v2: bool,
+}
+
 /// EndTxn: commit or abort. Retried as a whole: the coordinator answers a
 /// repeated EndTxn of a transaction it already ended the same way with
-/// success, so a lost response does no harm.
-pub(crate) async fn end_txn(cluster: &Cluster, id: &TxnIdentity, commit: bool) -> Result<()> {
+/// success (under transaction version 2 also when the retry names the
+/// epoch before its bump), so a lost response does no harm.
+///
+/// `transaction_v2`: the transaction was run under transaction version 2
+/// (EndTxn v5); otherwise EndTxn goes at most at v4.
+pub(crate) async fn end_txn(
+    cluster: &Cluster,
+    id: &TxnIdentity,
+    commit: bool,
+    transaction_v2: bool,
+) -> Result<Ended> {
     let request = EndTxnRequest::default()
         .with_transactional_id(id.wire_id())
         .with_producer_id(ProducerId(id.producer_id))
@@ -301,8 +356,17 @@ pub(crate) async fn end_txn(cluster: &Cluster, id: &TxnIdentity, commit: bool) -
         |broker| {
             let request = &request;
             async move {
-                let r = cluster.request(broker, Lane::Transaction, request).await?;
-                ClientError::check(r.error_code, ApiKey::EndTxn, None, None)
+                let answer = cluster
+                    .request_at_most(broker, Lane::Transaction, request, cap_for(transaction_v2))
+                    .await?;
+                let r = answer.response;
+                ClientError::check(r.error_code, ApiKey::EndTxn, None, None)?;
+                let next = (answer.version > LAST_VERSION_BEFORE_TV2 && r.producer_id.0 >= 0)
+                    .then_some((r.producer_id.0, r.producer_epoch));
+                Ok(Ended {
+                    next,
+                    transaction_v2: answer.transaction_v2,
+                })
             }
         },
     )

@@ -155,6 +155,14 @@ pub(super) struct Progress {
     /// anyway, and an abort bumps the epoch (Java's `epochBumpRequired`).
     pub epoch_bump_required: bool,
     pub outcome: std::sync::Arc<Outcome>,
+    /// Whether the current transaction runs under transaction version 2
+    /// (KIP-890 part 2): its partitions and group offsets join implicitly
+    /// (Produce v12, TxnOffsetCommit v5), and EndTxn v5 bumps the epoch.
+    /// Fixed for a transaction at `begin`.
+    pub transaction_v2: bool,
+    /// What the coordinator said last (InitProducerId, EndTxn): the mode
+    /// of the next transaction.
+    pub next_transaction_v2: bool,
 }
 
 impl Progress {
@@ -170,6 +178,8 @@ impl Progress {
             coordinator_knows: false,
             epoch_bump_required: false,
             outcome: std::sync::Arc::default(),
+            transaction_v2: false,
+            next_transaction_v2: false,
         }
     }
 
@@ -181,5 +191,6 @@ impl Progress {
         self.coordinator_knows = false;
         self.epoch_bump_required = false;
         self.outcome = std::sync::Arc::default();
+        self.transaction_v2 = self.next_transaction_v2;
     }
 }
