@@ -4,7 +4,10 @@
 # produce and read, and two `wordcount` processes, one of them stopped with
 # SIGTERM mid-run and replaced by a new process on its state directory.
 #
-#   scripts/examples_e2e.sh
+#   scripts/examples_e2e.sh [--bootstrap HOST:PORT,...]
+#
+# With --bootstrap it runs on that cluster (Apache Kafka, say) instead of starting
+# weir-testkit; topic and application names then carry a unique suffix.
 #
 # Checks: a missing input topic is one clear line and a non-zero exit; the
 # Prometheus endpoint of --metrics-addr serves the instance's metrics; SIGTERM
@@ -49,25 +52,34 @@ say "building weir-testkit, weir and the weir-streams examples"
 cargo build -q -p weir-testkit --bin weir-testkit -p weir-cli --bin weir
 cargo build -q -p weir-streams --examples
 
-"$BIN/weir-testkit" serve --port 0 --brokers 3 </dev/null >"$work/testkit.out" 2>"$work/testkit.log" &
-pids+=($!)
-deadline=$((SECONDS + 30))
-until (($(wc -l <"$work/testkit.out") >= 1)); do
-    ((SECONDS < deadline)) || die "weir-testkit printed no address within 30 s"
-    sleep 0.05 # poll interval of a bounded readiness loop
-done
 export KAFKA_BOOTSTRAP
-KAFKA_BOOTSTRAP="$(head -n1 "$work/testkit.out")"
-say "weir-testkit at $KAFKA_BOOTSTRAP"
+if [[ "${1:-}" == --bootstrap ]]; then
+    KAFKA_BOOTSTRAP="${2:?--bootstrap needs HOST:PORT}"
+    sfx="-$$-$(date +%s)" # a shared cluster: names no earlier run used
+    say "the cluster at $KAFKA_BOOTSTRAP"
+else
+    "$BIN/weir-testkit" serve --port 0 --brokers 3 </dev/null >"$work/testkit.out" 2>"$work/testkit.log" &
+    pids+=($!)
+    deadline=$((SECONDS + 30))
+    until (($(wc -l <"$work/testkit.out") >= 1)); do
+        ((SECONDS < deadline)) || die "weir-testkit printed no address within 30 s"
+        sleep 0.05 # poll interval of a bounded readiness loop
+    done
+    KAFKA_BOOTSTRAP="$(head -n1 "$work/testkit.out")"
+    sfx=""
+    say "weir-testkit at $KAFKA_BOOTSTRAP"
+fi
 weir() { "$BIN/weir" "$@"; }
+lines="lines$sfx"
+counts="counts$sfx"
 
-weir topics create lines -p 6 >/dev/null
-weir topics create counts -p 6 >/dev/null
+weir topics create "$lines" -p 6 >/dev/null
+weir topics create "$counts" -p 6 >/dev/null
 
 # 1. A missing input topic: one line on stderr, a non-zero exit.
 set +e
-"$BIN/examples/wordcount" --application-id wc-bad --state-dir "$work/bad" \
-    --input no-such-topic --output counts 2>"$work/bad.err" >/dev/null
+"$BIN/examples/wordcount" --application-id "wc-bad$sfx" --state-dir "$work/bad" \
+    --input "no-such-topic$sfx" --output "$counts" 2>"$work/bad.err" >/dev/null
 rc=$?
 set -e
 ((rc != 0)) || die "wordcount with a missing input topic exited 0"
@@ -96,14 +108,14 @@ last_pid=""
 start() { # name state-dir [flags...]; sets last_pid (not in a subshell, so `wait` can reap it)
     local name="$1" dir="$2"
     shift 2
-    "$BIN/examples/wordcount" --application-id wc --state-dir "$work/$dir" --input lines \
-        --output counts --guarantee exactly-once --threads 2 --instance-id "$dir" \
+    "$BIN/examples/wordcount" --application-id "wc$sfx" --state-dir "$work/$dir" --input "$lines" \
+        --output "$counts" --guarantee exactly-once --threads 2 --instance-id "$dir" \
         -X session.timeout.ms=10000 -X commit.interval.ms=200 "$@" 2>"$work/$name.log" >/dev/null &
     last_pid=$!
     pids+=("$last_pid")
 }
 outputs() {
-    weir consume -t counts --from-beginning -e --isolation read_committed -f '%k\t%v' 2>/dev/null
+    weir consume -t "$counts" --from-beginning -e --isolation read_committed -f '%k\t%v' 2>/dev/null
 }
 wait_outputs() { # at-least
     local deadline=$((SECONDS + LIMIT_S)) n=0
@@ -125,7 +137,7 @@ stop() { # pid name: SIGTERM, which must close it gracefully (exit 0)
     ((rc == 0)) || die "wordcount $2 exited $rc after SIGTERM"
 }
 
-weir produce -t lines <"$work/first.txt"
+weir produce -t "$lines" <"$work/first.txt"
 start a s1
 a=$last_pid
 start b s2 --metrics-addr 127.0.0.1:0
@@ -145,7 +157,7 @@ done
 say "ok   $url serves $(grep -c '^weir_streams_' "$work/metrics.txt") weir_streams series"
 
 # 2. SIGTERM mid-run: a closes gracefully (exit 0); a new process takes its place.
-weir produce -t lines <"$work/second.txt"
+weir produce -t "$lines" <"$work/second.txt"
 stop "$a" a
 say "ok   SIGTERM: a closed gracefully (exit 0)"
 start a2 s1

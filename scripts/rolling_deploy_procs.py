@@ -3,8 +3,9 @@
 
     scripts/rolling_deploy_procs.py [--instances 3] [--rate 100] [--bin DIR]
 
-Starts `weir-testkit serve` (3 brokers), creates the topics with the `weir`
-CLI, and runs N `wordcount` processes (exactly-once, 2 threads, 1 standby,
+Starts `weir-testkit serve` (3 brokers), or with --bootstrap uses the Kafka
+cluster there (topic and application names then carry a unique suffix),
+creates the topics with the `weir` CLI, and runs N `wordcount` processes (exactly-once, 2 threads, 1 standby,
 static instance ids, each on its own state directory). A feeder writes
 lines at a steady rate through `weir produce` (each record's timestamp is
 its production time); an independent `weir consume --isolation
@@ -89,28 +90,37 @@ def main():
     ap.add_argument("--rate", type=int, default=100, help="input lines per second")
     ap.add_argument("--settle", type=float, default=5.0, help="seconds after RUNNING before the next restart")
     ap.add_argument("--bin", default=os.path.join(os.path.dirname(__file__), "..", "target", "debug"))
+    ap.add_argument("--bootstrap", help="an existing cluster (e.g. Apache Kafka) instead of weir-testkit")
     args = ap.parse_args()
     bin_dir = os.path.abspath(args.bin)
     weir = os.path.join(bin_dir, "weir")
     wordcount = os.path.join(bin_dir, "examples", "wordcount")
     testkit = os.path.join(bin_dir, "weir-testkit")
-    for b in (weir, wordcount, testkit):
+    for b in (weir, wordcount) + (() if args.bootstrap else (testkit,)):
         if not os.access(b, os.X_OK):
             raise Fail(f"{b} is not built")
 
     work = tempfile.mkdtemp(prefix="weir-rolling.")
     procs = []
     try:
-        kit = subprocess.Popen([testkit, "serve", "--port", "0", "--brokers", "3"],
-                               stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                               stderr=open(os.path.join(work, "testkit.log"), "w"), text=True)
-        procs.append(kit)
-        bootstrap = kit.stdout.readline().strip()
-        if not bootstrap:
-            raise Fail("weir-testkit printed no address")
+        if args.bootstrap:
+            bootstrap = args.bootstrap
+            # A shared cluster: names no earlier run used.
+            suffix = f"-{os.getpid()}-{int(time.time())}"
+            log(f"the cluster at {bootstrap}")
+        else:
+            kit = subprocess.Popen([testkit, "serve", "--port", "0", "--brokers", "3"],
+                                   stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                   stderr=open(os.path.join(work, "testkit.log"), "w"), text=True)
+            procs.append(kit)
+            bootstrap = kit.stdout.readline().strip()
+            if not bootstrap:
+                raise Fail("weir-testkit printed no address")
+            suffix = ""
+            log(f"weir-testkit at {bootstrap}")
         env = dict(os.environ, KAFKA_BOOTSTRAP=bootstrap, NO_COLOR="1")
-        log(f"weir-testkit at {bootstrap}")
-        for t in ("lines", "counts"):
+        lines_topic, counts_topic, app_id = f"lines{suffix}", f"counts{suffix}", f"wc{suffix}"
+        for t in (lines_topic, counts_topic):
             subprocess.run([weir, "topics", "create", t, "-p", "6"], env=env, check=True,
                            stdout=subprocess.DEVNULL)
 
@@ -121,8 +131,8 @@ def main():
             path = os.path.join(work, f"{name}.{len([k for k in logs if k.startswith(name)])}.log")
             logs[os.path.basename(path)] = path
             p = subprocess.Popen(
-                [wordcount, "--application-id", "wc", "--state-dir", os.path.join(work, name),
-                 "--input", "lines", "--output", "counts", "--guarantee", "exactly-once",
+                [wordcount, "--application-id", app_id, "--state-dir", os.path.join(work, name),
+                 "--input", lines_topic, "--output", counts_topic, "--guarantee", "exactly-once",
                  "--threads", "2", "--standbys", "1", "--instance-id", name,
                  "-X", "commit.interval.ms=100", "-X", "session.timeout.ms=10000"],
                 env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
@@ -148,14 +158,14 @@ def main():
             wait_running(path)
 
         consumer_proc = subprocess.Popen(
-            [weir, "consume", "-t", "counts", "--from-beginning", "--isolation", "read_committed",
+            [weir, "consume", "-t", counts_topic, "--from-beginning", "--isolation", "read_committed",
              "-f", "%p\t%T\t%k\t%v"], env=env, stdout=subprocess.PIPE,
             stderr=open(os.path.join(work, "consumer.log"), "w"), text=True)
         procs.append(consumer_proc)
         consumer = Consumer(consumer_proc)
         consumer.start()
 
-        feeder = subprocess.Popen([weir, "produce", "-t", "lines"], env=env,
+        feeder = subprocess.Popen([weir, "produce", "-t", lines_topic], env=env,
                                   stdin=subprocess.PIPE, stderr=open(os.path.join(work, "feeder.log"), "w"),
                                   text=True)
         procs.append(feeder)

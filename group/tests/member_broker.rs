@@ -1,4 +1,4 @@
-//! The member against a real broker (`KAFKA_BOOTSTRAP`, tansu in CI): join
+//! The member against a real broker (`KAFKA_BOOTSTRAP`, Apache Kafka in CI): join
 //! with cooperative revocation, leave, crash, a static restart without a
 //! rebalance, and a static member's planned shutdown. Real time, with a 6 s
 //! session where tansu allows it (it holds a group's first JoinGroup for
@@ -33,7 +33,7 @@ fn bootstrap(test: &str) -> Option<String> {
         Ok(b) if !b.is_empty() => Some(b),
         _ => {
             let why = format!(
-                "{test} skipped: KAFKA_BOOTSTRAP is not set (scripts/test.sh starts tansu)"
+                "{test} skipped: KAFKA_BOOTSTRAP is not set (scripts/test.sh starts Apache Kafka)"
             );
             assert!(
                 std::env::var("WEIR_EXPECT_BROKER").as_deref() != Ok("1"),
@@ -156,7 +156,7 @@ impl Crashable {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn tansu_a_joining_member_gets_its_share_by_cooperative_revocation_and_all_on_leave() {
+async fn broker_a_joining_member_gets_its_share_by_cooperative_revocation_and_all_on_leave() {
     let Some(b) = bootstrap("tansu_a_joining_member_gets_its_share_by_cooperative_revocation")
     else {
         return;
@@ -198,7 +198,7 @@ async fn tansu_a_joining_member_gets_its_share_by_cooperative_revocation_and_all
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn tansu_a_crashed_member_is_replaced_after_the_session_timeout() {
+async fn broker_a_crashed_member_is_replaced_after_the_session_timeout() {
     let Some(b) = bootstrap("tansu_a_crashed_member_is_replaced_after_the_session_timeout") else {
         return;
     };
@@ -268,7 +268,7 @@ async fn tansu_a_crashed_member_is_replaced_after_the_session_timeout() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn tansu_static_member_restarts_without_a_rebalance() {
+async fn broker_static_member_restarts_without_a_rebalance() {
     let Some(b) = bootstrap("tansu_static_member_restarts_without_a_rebalance") else {
         return;
     };
@@ -335,7 +335,7 @@ async fn tansu_static_member_restarts_without_a_rebalance() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn tansu_planned_shutdown_of_a_static_member_hands_over_before_the_session_ends() {
+async fn broker_planned_shutdown_of_a_static_member_hands_over_before_the_session_ends() {
     let Some(b) = bootstrap("tansu_planned_shutdown_of_a_static_member_hands_over") else {
         return;
     };

@@ -1,5 +1,5 @@
 //! The streams runtime end to end on the real broker at `$KAFKA_BOOTSTRAP`
-//! (tansu under scripts/test.sh), not on weir-testkit: a stateful word
+//! (Apache Kafka under scripts/test.sh), not on weir-testkit: a stateful word
 //! count (a persistent key-value store with a changelog) over 6 partitions,
 //! under each guarantee. Two instances of 3 stream threads each count a
 //! first input in one group and are closed; a third instance on an empty
@@ -11,9 +11,10 @@
 //! join and assignment through the streams assignor, the per-task
 //! changelog fence (at-least-once) and the transactions (exactly-once),
 //! committed offsets read back with `require_stable` by the next owner,
-//! and a restore from the broker's changelog. No fault is injected: tansu
-//! 0.6 returns aborted records to read_committed readers (shared NOTES §1),
-//! so aborts are proven against weir-testkit only.
+//! and a restore from the broker's changelog. A second pair of tests runs
+//! one instance through hundreds of commits under each guarantee: on Kafka
+//! 4.x every commit bumps the producer epoch (transaction version 2), so
+//! this is where a client that keeps a stale epoch would fail.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -94,16 +95,27 @@ fn last_counts(out: &[(String, u64)]) -> BTreeMap<String, u64> {
 }
 
 fn config(bootstrap: &str, app: &str, dir: &std::path::Path, guarantee: &str) -> StreamsConfig {
+    config_with(bootstrap, app, dir, guarantee, "3", "500")
+}
+
+fn config_with(
+    bootstrap: &str,
+    app: &str,
+    dir: &std::path::Path,
+    guarantee: &str,
+    threads: &str,
+    commit_interval_ms: &str,
+) -> StreamsConfig {
     let dir = dir.display().to_string();
     StreamsConfig::from_properties(&[
         ("application.id", app),
-        ("num.stream.threads", "3"),
+        ("num.stream.threads", threads),
         ("bootstrap.servers", bootstrap),
         ("state.dir", dir.as_str()),
         ("processing.guarantee", guarantee),
-        ("commit.interval.ms", "500"),
-        // tansu's first JoinGroup of a group waits about half the session
-        // timeout, and its fetches wait the full max wait (shared NOTES §1).
+        ("commit.interval.ms", commit_interval_ms),
+        // The smallest session Kafka allows by default
+        // (group.min.session.timeout.ms).
         ("session.timeout.ms", "6000"),
         ("fetch.max.wait.ms", "100"),
         ("default.api.timeout.ms", "20000"),
@@ -129,7 +141,7 @@ async fn wait_for_counts(bootstrap: &str, output: &str, expected: &BTreeMap<Stri
 }
 
 async fn count_restore_and_count_on(guarantee: &str) {
-    let Some(bootstrap) = bootstrap_or_skip(&format!("streams_tansu {guarantee}")) else {
+    let Some(bootstrap) = bootstrap_or_skip(&format!("streams_broker {guarantee}")) else {
         return;
     };
     let (input, output, app) = (
@@ -225,4 +237,83 @@ async fn at_least_once_word_count_restores_from_the_brokers_changelog() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn exactly_once_word_count_restores_from_the_brokers_changelog() {
     count_restore_and_count_on("exactly_once_v2").await;
+}
+
+/// One instance, one stream thread, commits as often as it can: 250
+/// rounds of 4 records, each round waiting for a commit that includes it.
+/// Every output is exact, and the instance committed at least 250 times
+/// (transactions under exactly-once, per-task fence transactions under
+/// at-least-once), each on the epoch the previous EndTxn gave.
+async fn hundreds_of_commits(guarantee: &str) {
+    let Some(bootstrap) = bootstrap_or_skip(&format!("streams_broker commits {guarantee}")) else {
+        return;
+    };
+    let (input, output, app) = (
+        unique("weir-stc-in"),
+        unique("weir-stc-out"),
+        unique("weir-stc-app"),
+    );
+    let admin = Admin::connect(
+        ClientConfig::from_properties(&[("bootstrap.servers", bootstrap.as_str())]).unwrap(),
+    )
+    .await
+    .unwrap();
+    for topic in [&input, &output] {
+        admin
+            .create_topic(NewTopic::new(topic, PARTITIONS))
+            .await
+            .unwrap();
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let streams = KafkaStreams::start(
+        topology(&input, &output).unwrap(),
+        config_with(&bootstrap, &app, dir.path(), guarantee, "1", "10"),
+    )
+    .await
+    .unwrap();
+    const ROUNDS: u64 = 250;
+    const PER_ROUND: u64 = 4;
+    for round in 0..ROUNDS {
+        let before = streams.metrics().commits;
+        produce(&bootstrap, &input, round * PER_ROUND, PER_ROUND).await;
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let m = streams.metrics();
+            if m.processed >= (round + 1) * PER_ROUND && m.commits > before {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "round {round}: processed {} of {}, commits {} (before the round {before})",
+                m.processed,
+                (round + 1) * PER_ROUND,
+                m.commits
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await; // poll interval
+        }
+    }
+    let commits = streams.metrics().commits;
+    streams.close(Duration::from_secs(30)).await.unwrap();
+    assert!(commits >= ROUNDS, "{commits} commits");
+    let out = read_output(&bootstrap, &output).await;
+    assert_eq!(out.len() as u64, ROUNDS * PER_ROUND, "one output per input");
+    let mut seen: BTreeMap<&str, Vec<u64>> = BTreeMap::new();
+    for (w, n) in &out {
+        seen.entry(w).or_default().push(*n);
+    }
+    for (w, counts) in seen {
+        let n = counts.len() as u64;
+        assert_eq!(counts, (1..=n).collect::<Vec<_>>(), "{w}");
+    }
+    println!("{guarantee}: {commits} commits");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn at_least_once_word_count_over_hundreds_of_commits() {
+    hundreds_of_commits("at_least_once").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exactly_once_word_count_over_hundreds_of_commits() {
+    hundreds_of_commits("exactly_once_v2").await;
 }
