@@ -4,16 +4,19 @@
 #   scripts/test.sh
 #
 # 1. toolchain: rustfmt, clippy and cargo-nextest (installed if missing);
-# 2. broker: tansu installed and started on a free loopback port (stopped on exit), unless
-#    KAFKA_BOOTSTRAP is already set, in which case that broker (Apache Kafka, Redpanda, ...)
-#    is used as it is;
+# 2. broker: Apache Kafka 4.4 from Maven Central (scripts/kafka.sh: 3 combined KRaft nodes on
+#    loopback, RF 3, min.insync.replicas=2; stopped on exit), unless KAFKA_BOOTSTRAP is
+#    already set, in which case that broker is used as it is; WEIR_BROKER=tansu starts tansu
+#    instead (it cannot check aborts: see README, Brokers);
 # 3. independent clients: a Python venv with confluent-kafka and kafka-python, smoke-tested
 #    against the broker (scripts/interop/probe_tansu.py);
 # 4. cargo fmt --check, clippy -D warnings, nextest (unit + integration), the same probe
 #    against weir-testkit plus the zombie-fencing probe (scripts/interop/probe_testkit.sh),
 #    the weir CLI against librdkafka's mock cluster (scripts/interop/probe_mock_cluster.sh:
-#    ApiVersions downgrade), the weir-streams examples as processes (scripts/examples_e2e.sh), a rolling deploy
-#    of wordcount processes (scripts/rolling_deploy_procs.py),
+#    ApiVersions downgrade), the weir-streams examples as processes (scripts/examples_e2e.sh)
+#    and a rolling deploy of wordcount processes (scripts/rolling_deploy_procs.py), each on
+#    weir-testkit and on the Kafka cluster, the transaction and streams suites again on
+#    Kafka 4.4 formatted with transaction.version=1 and on Kafka 3.9 (one node each),
 #    doc tests, a compile check of the fuzz targets, and benches/peers built and run once
 #    with tiny sizes (scripts/peers_smoke.sh; under CI it apt-get installs librocksdb-dev
 #    and libclang-dev).
@@ -26,8 +29,11 @@
 #   WEIR_KAFKA_TOOL     absolute path of scripts/interop/kafka_tool.py, to run with it:
 #                       "$WEIR_PYTHON" "$WEIR_KAFKA_TOOL" consume -t TOPIC --from-beginning ...
 #   WEIR_TESTKIT_BIN    the standalone weir-testkit binary (built before the tests)
-#   WEIR_BROKER_KIND    "tansu" when this script started tansu (so tests can name its known
-#                       faults when they skip); with KAFKA_BOOTSTRAP given, the caller's value
+#   WEIR_BROKER_KIND    "kafka" or "tansu" for the broker this script started (so tests can
+#                       name a broker's known faults when they skip); with KAFKA_BOOTSTRAP
+#                       given, the caller's value
+# Java 17 and Maven must be on the machine for Apache Kafka (jars cached in .weir-kafka/);
+# without them the script stops with one line saying so.
 # CARGO_TARGET_DIR is respected; by default cargo's target/ is used.
 set -euo pipefail
 
@@ -53,10 +59,18 @@ fatal() {
 stop_broker() {
     local show_log="$1"
     [[ -n "$STARTED_BROKER_RUN_DIR" ]] || return 0
-    WEIR_BROKER_RUN_DIR="$STARTED_BROKER_RUN_DIR" "$SCRIPT_DIR/broker.sh" stop || true
-    if [[ "$show_log" == 1 && -s "$STARTED_BROKER_RUN_DIR/tansu.log" ]]; then
-        echo "test.sh: last broker log lines:" >&2
-        tail -n 15 "$STARTED_BROKER_RUN_DIR/tansu.log" >&2 || true
+    if [[ "${WEIR_BROKER_KIND:-}" == kafka ]]; then
+        if [[ "$show_log" == 1 ]]; then
+            echo "test.sh: last Kafka log lines of node 1:" >&2
+            tail -n 15 "$STARTED_BROKER_RUN_DIR/node1/kafka.log" >&2 || true
+        fi
+        WEIR_KAFKA_RUN_DIR="$STARTED_BROKER_RUN_DIR" "$SCRIPT_DIR/kafka.sh" stop || true
+    else
+        WEIR_BROKER_RUN_DIR="$STARTED_BROKER_RUN_DIR" "$SCRIPT_DIR/broker.sh" stop || true
+        if [[ "$show_log" == 1 && -s "$STARTED_BROKER_RUN_DIR/tansu.log" ]]; then
+            echo "test.sh: last broker log lines:" >&2
+            tail -n 15 "$STARTED_BROKER_RUN_DIR/tansu.log" >&2 || true
+        fi
     fi
     rm -rf "$STARTED_BROKER_RUN_DIR"
     STARTED_BROKER_RUN_DIR=""
@@ -114,11 +128,11 @@ if [[ "$TEST_RUNNER" == nextest ]]; then cargo nextest --version | sed -n 1p; fi
 # ---- broker ------------------------------------------------------------------------------
 section "broker"
 if [[ -n "${KAFKA_BOOTSTRAP:-}" ]]; then
-    note "KAFKA_BOOTSTRAP=$KAFKA_BOOTSTRAP given: using that broker, not starting tansu"
+    note "KAFKA_BOOTSTRAP=$KAFKA_BOOTSTRAP given: using that broker, starting no broker"
     python3 "$SCRIPT_DIR/kafka_ping.py" --timeout 5 "${KAFKA_BOOTSTRAP%%,*}" ||
         fatal "the broker at $KAFKA_BOOTSTRAP does not answer ApiVersions"
     # WEIR_BROKER_KIND stays whatever the caller set (e.g. tansu started by hand).
-else
+elif [[ "${WEIR_BROKER:-kafka}" == tansu ]]; then
     "$SCRIPT_DIR/broker.sh" install || fatal "could not install tansu"
     # A run dir of our own, so a broker a developer started by hand is left alone.
     mkdir -p "$BROKER_DIR"
@@ -129,6 +143,18 @@ else
     [[ "$KAFKA_BOOTSTRAP" =~ ^127\.0\.0\.1:[0-9]+$ ]] ||
         fatal "broker.sh start printed '$out', expected KAFKA_BOOTSTRAP=127.0.0.1:PORT"
     export WEIR_BROKER_KIND=tansu
+else
+    # Apache Kafka, three nodes, in a run dir of our own (a cluster a developer started by
+    # hand with scripts/kafka.sh is left alone). kafka.sh says in one line what is missing
+    # (java, mvn, Maven Central) if it cannot fetch or start Kafka.
+    mkdir -p "$REPO_ROOT/.weir-kafka"
+    STARTED_BROKER_RUN_DIR="$(mktemp -d "$REPO_ROOT/.weir-kafka/test-run.XXXXXX")"
+    export WEIR_BROKER_KIND=kafka
+    out="$(WEIR_KAFKA_RUN_DIR="$STARTED_BROKER_RUN_DIR" "$SCRIPT_DIR/kafka.sh" start --nodes "${WEIR_KAFKA_NODES:-3}")" ||
+        fatal "could not start Apache Kafka (scripts/kafka.sh start failed; see the line above)"
+    KAFKA_BOOTSTRAP="${out#KAFKA_BOOTSTRAP=}"
+    [[ "$KAFKA_BOOTSTRAP" =~ ^127\.0\.0\.1:[0-9]+ ]] ||
+        fatal "kafka.sh start printed '$out', expected KAFKA_BOOTSTRAP=127.0.0.1:PORT,..."
 fi
 export KAFKA_BOOTSTRAP
 export WEIR_EXPECT_BROKER=1
@@ -200,6 +226,31 @@ step examples-e2e "$SCRIPT_DIR/examples_e2e.sh"
 # partition printed, exactly-once checked.
 step rolling-deploy-procs python3 "$SCRIPT_DIR/rolling_deploy_procs.py" --bin "${CARGO_TARGET_DIR:-$REPO_ROOT/target}/debug"
 # Issue 16: the DSL examples check their own results on an embedded cluster, with a crash.
+# The same two on the real broker (Apache Kafka, 3 nodes, unless another was given).
+step examples-e2e-broker "$SCRIPT_DIR/examples_e2e.sh" --bootstrap "$KAFKA_BOOTSTRAP"
+step rolling-deploy-procs-broker python3 "$SCRIPT_DIR/rolling_deploy_procs.py" --bin "${CARGO_TARGET_DIR:-$REPO_ROOT/target}/debug" --bootstrap "$KAFKA_BOOTSTRAP"
+# Transactions and the streams word count on the other transaction versions: Kafka 4.4
+# formatted with transaction.version=1, and Kafka 3.9 (the line many users still run; no
+# finalized transaction version), one node each, started and stopped here.
+other_kafka() { # label kafka.sh-start-args...
+    local label="$1" dir out rc=0
+    shift
+    dir="$(mktemp -d "$REPO_ROOT/.weir-kafka/test-run.XXXXXX")"
+    out="$(WEIR_KAFKA_RUN_DIR="$dir" "$SCRIPT_DIR/kafka.sh" start --nodes 1 "$@")" || rc=$?
+    if ((rc == 0)); then
+        KAFKA_BOOTSTRAP="${out#KAFKA_BOOTSTRAP=}" WEIR_BROKER_KIND=kafka \
+            cargo test -p weir-integration --test txn_kafka --test txn_broker --test streams_broker || rc=$?
+    else
+        echo "test.sh: could not start Kafka ($label)" >&2
+    fi
+    WEIR_KAFKA_RUN_DIR="$dir" "$SCRIPT_DIR/kafka.sh" stop || true
+    rm -rf "$dir"
+    return "$rc"
+}
+if [[ "${WEIR_BROKER_KIND:-}" == kafka ]]; then
+    step kafka-tv1 other_kafka "4.4, transaction.version=1" --feature transaction.version=1
+    step kafka-3.9 other_kafka "3.9.1" --version 3.9.1
+fi
 step dsl-examples "$SCRIPT_DIR/dsl_examples.sh"
 step doctests cargo test --workspace --doc
 # Issue 17: the fuzz targets (their own workspace, fuzz/) must keep compiling against the
