@@ -112,6 +112,7 @@ async fn three_hundred_transactions_in_a_row_commit_and_abort() {
     let input = TopicPartition::new(&topic, 1);
     let mut committed = [Vec::new(), Vec::new()];
     let mut last_committed_offset = None;
+    let started = std::time::Instant::now();
     for txn in 0..300i64 {
         let commit = txn % 5 != 4;
         p.begin().unwrap();
@@ -145,6 +146,12 @@ async fn three_hundred_transactions_in_a_row_commit_and_abort() {
                 .unwrap_or_else(|e| panic!("transaction {txn}: abort: {e}"));
         }
     }
+    let took = started.elapsed();
+    println!(
+        "300 transactions in {} ms: {:.1} ms each (transaction.version={version})",
+        took.as_millis(),
+        took.as_secs_f64() * 1000.0 / 300.0
+    );
     let offsets = fetch_stable_offsets(&cluster, &group, std::slice::from_ref(&input))
         .await
         .unwrap();

@@ -38,6 +38,10 @@ impl TxnIdentity {
     }
 }
 
+/// The retry delay after `CONCURRENT_TRANSACTIONS` (Java's
+/// `ADD_PARTITIONS_RETRY_BACKOFF_MS`).
+const CONCURRENT_TRANSACTIONS_BACKOFF: std::time::Duration = std::time::Duration::from_millis(20);
+
 /// Runs `op` against the current coordinator for (`kind`, `key`) until it
 /// succeeds, fails with a non-retriable error, or `default.api.timeout.ms`
 /// runs out.
@@ -72,7 +76,17 @@ where
             cluster.invalidate_coordinator(kind, key);
         }
         failures += 1;
-        let delay = backoff.delay(failures);
+        // CONCURRENT_TRANSACTIONS mostly means the coordinator is still
+        // writing the previous transaction's markers, which takes a few
+        // milliseconds on Kafka (EndTxn is answered before they are
+        // written): retry soon, as Java's producer does for the first
+        // AddPartitionsToTxn after a commit, rather than after
+        // `retry.backoff.ms` doubling.
+        let delay = if err.kafka_code().map(|c| c.code) == Some(codes::CONCURRENT_TRANSACTIONS) {
+            CONCURRENT_TRANSACTIONS_BACKOFF
+        } else {
+            backoff.delay(failures)
+        };
         if Instant::now() + delay >= deadline {
             return Err(ClientError::RetriesExhausted {
                 what: format!("{what} for {key}"),
