@@ -16,7 +16,8 @@
 #    ApiVersions downgrade), the weir-streams examples as processes (scripts/examples_e2e.sh)
 #    and a rolling deploy of wordcount processes (scripts/rolling_deploy_procs.py), each on
 #    weir-testkit and on the Kafka cluster, the transaction and streams suites again on
-#    Kafka 4.4 formatted with transaction.version=1 and on Kafka 3.9 (one node each),
+#    Kafka 4.4 formatted with transaction.version=1 and on Kafka 3.9 (one node each), the
+#    Kafka Streams 4.4 reference apps' smoke run (compare/kafka-streams/smoke.sh),
 #    doc tests, a compile check of the fuzz targets, and benches/peers built and run once
 #    with tiny sizes (scripts/peers_smoke.sh; under CI it apt-get installs librocksdb-dev
 #    and libclang-dev).
@@ -248,6 +249,9 @@ other_kafka() { # label kafka.sh-start-args...
     return "$rc"
 }
 if [[ "${WEIR_BROKER_KIND:-}" == kafka ]]; then
+    # The Kafka Streams 4.4 reference apps (compare/kafka-streams, built with Maven) run
+    # with tiny inputs on the same cluster, judged by librdkafka, so they cannot rot.
+    step kafka-streams-smoke "$REPO_ROOT/compare/kafka-streams/smoke.sh" "$KAFKA_BOOTSTRAP"
     step kafka-tv1 other_kafka "4.4, transaction.version=1" --feature transaction.version=1
     step kafka-3.9 other_kafka "3.9.1" --version 3.9.1
 fi
