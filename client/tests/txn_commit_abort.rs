@@ -7,7 +7,7 @@ mod txn_support;
 
 use std::collections::BTreeMap;
 
-use txn_support::{all_values, client, producer, read_committed, testkit};
+use txn_support::{Kit, all_values, client, producer, read_committed, testkit, testkit_at};
 use weir_client::ClientError;
 use weir_client::producer::{ProducerRecord, TopicPartition};
 use weir_client::transaction::{
@@ -102,7 +102,7 @@ async fn commit_shows_records_and_offsets_together_and_abort_shows_neither() {
 
 #[tokio::test(start_paused = true)]
 async fn partitions_join_the_transaction_in_batches_before_their_first_record() {
-    let kit = testkit(4, &["out"]).await;
+    let kit = testkit_at(4, &["out"], 1).await;
     let p = producer(&kit, "batcher", TransactionConfig::new("tx-batch")).await;
     p.begin().unwrap();
     // Four records to four partitions, enqueued together: the partitions
@@ -277,7 +277,7 @@ async fn an_abort_after_an_add_partitions_of_unknown_outcome_ends_the_open_trans
     use weir_testkit::coordinator::txn::state::TxnState;
     use weir_testkit::faults::{Intercept, InterceptAction, RequestMatcher};
 
-    let kit = testkit(1, &["out"]).await;
+    let kit = testkit_at(1, &["out"], 1).await;
     let p = producer(
         &kit,
         "unknown",
@@ -339,7 +339,7 @@ async fn an_abort_after_a_lost_add_partitions_that_never_arrived_succeeds() {
     use weir_protocol::ApiKey;
     use weir_testkit::faults::{Intercept, InterceptAction, RequestMatcher};
 
-    let kit = testkit(1, &["out"]).await;
+    let kit = testkit_at(1, &["out"], 1).await;
     let p = producer(&kit, "lost", TransactionConfig::new("tx-lost")).await;
     p.begin().unwrap();
     kit.intercept(
@@ -364,4 +364,67 @@ async fn an_abort_after_a_lost_add_partitions_that_never_arrived_succeeds() {
         .unwrap();
     p.commit().await.unwrap();
     assert_eq!(all_values(&read_committed(&kit, "out", 1).await), ["next"]);
+}
+
+/// Transaction version 2 (KIP-890), as a Kafka 4.x cluster finalizes it:
+/// partitions and group offsets join the transaction with no
+/// AddPartitionsToTxn or AddOffsetsToTxn (Produce v12, TxnOffsetCommit
+/// v5), every EndTxn v5 bumps the epoch, and the producer writes the next
+/// transaction as the epoch it was given. Against a coordinator of version
+/// 2, a producer that kept its old epoch is refused from its second
+/// transaction on.
+#[tokio::test(start_paused = true)]
+async fn transaction_version_2_joins_implicitly_and_takes_the_epoch_of_every_end() {
+    use weir_protocol::ApiKey;
+
+    let kit = testkit(2, &["in", "out"]).await;
+    let p = producer(&kit, "tv2", TransactionConfig::new("tx-tv2")).await;
+    let epoch = |kit: &Kit| {
+        let kit = kit.clone();
+        async move {
+            kit.with_state(|s| s.txns.transaction("tx-tv2").map(|t| t.producer_epoch))
+                .await
+                .unwrap()
+                .unwrap()
+        }
+    };
+    let first = epoch(&kit).await;
+    for txn in 0..5i64 {
+        p.begin().unwrap();
+        for partition in 0..2 {
+            p.send(
+                ProducerRecord::new("out")
+                    .with_partition(partition)
+                    .with_value(format!("t{txn}")),
+            )
+            .await
+            .unwrap();
+        }
+        p.send_offsets_to_transaction(
+            &BTreeMap::from([(TopicPartition::new("in", 0), txn)]),
+            &GroupMetadata::unchecked("tv2-group"),
+        )
+        .await
+        .unwrap();
+        if txn == 3 {
+            p.abort().await.unwrap();
+        } else {
+            p.commit().await.unwrap();
+        }
+    }
+    assert_eq!(epoch(&kit).await, first + 5, "one bump per EndTxn");
+    let requests = kit.requests().await.unwrap();
+    let count = |api| requests.iter().filter(|r| r.api_key == api).count();
+    assert_eq!(count(ApiKey::AddPartitionsToTxn), 0);
+    assert_eq!(count(ApiKey::AddOffsetsToTxn), 0);
+    assert_eq!(count(ApiKey::EndTxn), 5);
+    assert!(
+        requests
+            .iter()
+            .filter(|r| r.api_key == ApiKey::EndTxn)
+            .all(|r| r.version == 5),
+        "EndTxn at v5"
+    );
+    let seen = read_committed(&kit, "out", 2).await;
+    assert_eq!(seen.values().map(Vec::len).sum::<usize>(), 8, "{seen:?}");
 }

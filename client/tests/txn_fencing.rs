@@ -6,7 +6,7 @@
 
 mod txn_support;
 
-use txn_support::{all_values, producer, read_committed, testkit};
+use txn_support::{all_values, producer, read_committed, testkit, testkit_at};
 use weir_client::producer::ProducerRecord;
 use weir_client::transaction::{TransactionConfig, TransactionErrorClass, TransactionState};
 
@@ -86,7 +86,7 @@ async fn an_epoch_bump_after_an_abort_does_not_fence_a_newer_instance() {
     use weir_testkit::faults::{Intercept, InterceptAction, RequestMatcher};
     const MESSAGE_TOO_LARGE: i16 = 10;
 
-    let kit = testkit(1, &["out"]).await;
+    let kit = testkit_at(1, &["out"], 1).await;
     let old = producer(&kit, "old", TransactionConfig::new("tx-bump")).await;
     old.begin().unwrap();
     // The record fails, so the abort is followed by an epoch bump.

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use tokio::time::sleep;
 
-use txn_support::{all_values, producer, read_committed, testkit};
+use txn_support::{all_values, producer, read_committed, testkit, testkit_at};
 use weir_client::producer::ProducerRecord;
 use weir_client::transaction::{TransactionConfig, TransactionErrorClass, TransactionState};
 use weir_protocol::ApiKey;
@@ -43,7 +43,7 @@ async fn add_partitions_sizes(kit: &txn_support::Kit) -> Vec<usize> {
 /// ever be sent.
 #[tokio::test(start_paused = true)]
 async fn a_send_whose_partition_was_in_a_failed_add_partitions_adds_it_again() {
-    let kit = testkit(2, &["out"]).await;
+    let kit = testkit_at(2, &["out"], 1).await;
     let p = Arc::new(producer(&kit, "app", TransactionConfig::new("tx-race")).await);
     p.begin().unwrap();
     let intercept =

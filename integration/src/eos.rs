@@ -396,13 +396,18 @@ pub struct Schedule {
     /// older brokers, a batch for a partition the client never added is
     /// written and hangs, and nothing on the broker hides a client bug.
     pub partition_verification: bool,
+    /// The cluster's finalized `transaction.version`: 2 (Kafka 4.x: the
+    /// client adds no partitions itself and every EndTxn bumps the epoch)
+    /// or 1 for even and odd seeds with partition verification; 0 without
+    /// it (a broker before 3.6 has no transaction version 2).
+    pub transaction_version: i16,
 }
 
 impl fmt::Display for Schedule {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "seed {} ({} inputs, {} per transaction, {:?} sends, {} input, {}): {:?}",
+            "seed {} ({} inputs, {} per transaction, {:?} sends, {} input, {}, transaction version {}): {:?}",
             self.seed,
             self.inputs,
             self.per_txn,
@@ -417,6 +422,7 @@ impl fmt::Display for Schedule {
             } else {
                 "no partition verification"
             },
+            self.transaction_version,
             self.faults
         )
     }
@@ -537,6 +543,12 @@ impl Schedule {
             }
         }
         let partition_verification = rng.random_bool(0.5);
+        // From the seed, not the generator: earlier seeds keep their draws.
+        let transaction_version = match (partition_verification, seed % 2) {
+            (false, _) => 0,
+            (true, 0) => 2,
+            (true, _) => 1,
+        };
         Schedule {
             seed,
             inputs,
@@ -545,6 +557,7 @@ impl Schedule {
             sends,
             input_transactions,
             partition_verification,
+            transaction_version,
         }
     }
 }
@@ -823,6 +836,7 @@ async fn run(schedule: &Schedule) -> Result<Observed, String> {
         weir_testkit::Cluster::builder()
             .brokers(BROKERS)
             .transaction_partition_verification(schedule.partition_verification)
+            .transaction_version(schedule.transaction_version)
             .build()
             .await
             .map_err(|e| e.to_string())?,

@@ -142,6 +142,8 @@ fn concurrent_sends_survive_a_failed_add_partitions() {
         sends: Sends::Concurrent,
         input_transactions: Vec::new(),
         partition_verification: false,
+        // AddPartitionsToTxn is transaction version 1's request.
+        transaction_version: 1,
     };
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()

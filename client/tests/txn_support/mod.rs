@@ -19,7 +19,21 @@ use weir_integration::testkit_dial::client_config;
 pub type Kit = Arc<weir_testkit::Cluster>;
 
 pub async fn testkit(partitions: i32, topics: &[&str]) -> Kit {
-    let cluster = Arc::new(weir_testkit::Cluster::builder().build().await.unwrap());
+    testkit_at(partitions, topics, 2).await
+}
+
+/// A testkit whose finalized `transaction.version` is `version`: 1 for the
+/// tests of transaction version 1's own requests (AddPartitionsToTxn,
+/// AddOffsetsToTxn, the KIP-360 bump after an abort), which brokers before
+/// Kafka 4.0 and 4.x clusters formatted at version 1 still need.
+pub async fn testkit_at(partitions: i32, topics: &[&str], version: i16) -> Kit {
+    let cluster = Arc::new(
+        weir_testkit::Cluster::builder()
+            .transaction_version(version)
+            .build()
+            .await
+            .unwrap(),
+    );
     for t in topics {
         cluster
             .create_topic(t, partitions, [] as [(&str, &str); 0])

@@ -38,6 +38,9 @@ enum Command {
         /// group.initial.rebalance.delay.ms.
         #[arg(long, default_value_t = 0)]
         initial_rebalance_delay_ms: u64,
+        /// The finalized transaction.version: 2 as Kafka 4.x (KIP-890), 1, or 0 as Kafka 3.x.
+        #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(i16).range(0..=2))]
+        transaction_version: i16,
     },
 }
 
@@ -56,6 +59,7 @@ async fn main() -> ExitCode {
         partitions,
         no_auto_create,
         initial_rebalance_delay_ms,
+        transaction_version,
     } = Cli::parse().command;
     let built = Cluster::builder()
         .brokers(brokers)
@@ -63,6 +67,7 @@ async fn main() -> ExitCode {
         .default_partitions(partitions)
         .auto_create_topics(!no_auto_create)
         .group_initial_rebalance_delay(Duration::from_millis(initial_rebalance_delay_ms))
+        .transaction_version(transaction_version)
         .build()
         .await;
     let cluster = match built {

@@ -65,6 +65,14 @@ impl ClusterBuilder {
         self
     }
 
+    /// The finalized `transaction.version` (default 2, as a new Kafka 4.x
+    /// cluster; 1 as one formatted with `transaction.version=1`, 0 as a
+    /// broker before 4.0). See [`ClusterConfig::transaction_version`].
+    pub fn transaction_version(mut self, version: i16) -> Self {
+        self.config.transaction_version = version.clamp(0, 2);
+        self
+    }
+
     /// `group.initial.rebalance.delay.ms` (default 0).
     pub fn group_initial_rebalance_delay(mut self, delay: Duration) -> Self {
         self.config.group_initial_rebalance_delay = delay;

@@ -60,6 +60,11 @@ pub struct ClusterConfig {
     /// batch for a partition never added to the transaction is written and
     /// left without a marker: a hanging transaction.
     pub transaction_partition_verification: bool,
+    /// The finalized `transaction.version` feature ApiVersions reports
+    /// (Kafka 4.x formats new clusters at 2; 0 reports none, as a broker
+    /// before 4.0). Clients such as Weir and Kafka's Java producer run
+    /// transaction version 2 (KIP-890) only where it is 2.
+    pub transaction_version: i16,
 }
 
 impl Default for ClusterConfig {
@@ -72,6 +77,7 @@ impl Default for ClusterConfig {
             group_initial_rebalance_delay: Duration::ZERO,
             cluster_id: "weir-testkit".to_owned(),
             transaction_partition_verification: true,
+            transaction_version: 2,
         }
     }
 }

@@ -9,8 +9,9 @@ use crate::cluster::ClusterState;
 use crate::coordinator::driver::{check_coordinator, flush};
 use crate::coordinator::txn::error_code_for;
 
-/// Versions 0 to 3 (v2: `PRODUCER_FENCED`).
-pub const VERSIONS: (i16, i16) = (0, 3);
+/// Versions 0 to 4 (v2: `PRODUCER_FENCED`, v4: `TRANSACTION_ABORTABLE`,
+/// which the testkit has no cause to send).
+pub const VERSIONS: (i16, i16) = (0, 4);
 
 /// Adds the group to the transaction.
 pub fn handle(

@@ -11,9 +11,10 @@ use crate::cluster::ClusterState;
 use crate::coordinator::driver::{check_coordinator, flush};
 use crate::coordinator::txn::error_code_for;
 
-/// Versions 0 to 4 (v3: KIP-360 producer id and epoch in the request,
-/// v4: `PRODUCER_FENCED`).
-pub const VERSIONS: (i16, i16) = (0, 4);
+/// Versions 0 to 5 (v3: KIP-360 producer id and epoch in the request,
+/// v4: `PRODUCER_FENCED`, v5: `TRANSACTION_ABORTABLE`, which the testkit
+/// has no cause to send).
+pub const VERSIONS: (i16, i16) = (0, 5);
 
 fn error(code: i16) -> Reply {
     Reply::Now(ResponseKind::InitProducerId(

@@ -11,19 +11,22 @@ use weir_protocol::kafka_protocol::messages::{
 use super::{Reply, RequestContext};
 use crate::cluster::ClusterState;
 
-/// Versions 1 to 7 (v7 adds MAX_TIMESTAMP; v8+ are for tiered storage).
-pub const VERSIONS: (i16, i16) = (1, 7);
+/// Versions 1 to 8 (v7 adds MAX_TIMESTAMP, v8 EARLIEST_LOCAL for tiered
+/// storage: with no tiering here, the log start). v9+ (latest tiered) are
+/// not implemented.
+pub const VERSIONS: (i16, i16) = (1, 8);
 
 const LATEST: i64 = -1;
 const EARLIEST: i64 = -2;
 const MAX_TIMESTAMP: i64 = -3;
+const EARLIEST_LOCAL: i64 = -4;
 
 /// Looks up an offset per partition.
 pub fn handle(
     state: &mut ClusterState,
     ctx: &RequestContext,
     req: ListOffsetsRequest,
-    _version: i16,
+    version: i16,
 ) -> Reply {
     let committed = req.isolation_level == 1;
     let topics = req
@@ -56,6 +59,7 @@ pub fn handle(
                         LATEST if committed => Some((log.last_stable_offset(), -1)),
                         LATEST => Some((log.high_watermark(), -1)),
                         EARLIEST => Some((log.log_start_offset(), -1)),
+                        EARLIEST_LOCAL if version >= 8 => Some((log.log_start_offset(), -1)),
                         MAX_TIMESTAMP => log.max_timestamp_offset(),
                         ts if ts >= 0 => log.offset_for_timestamp(ts).filter(|(o, _)| {
                             // read_committed never reveals offsets above the LSO.

@@ -13,11 +13,15 @@ use weir_protocol::records::{DecodeOptions, decode_batch, split_batches};
 use super::{Reply, RequestContext};
 use crate::cluster::ClusterState;
 use crate::cluster::topic_configs::is_compacted;
+use crate::coordinator::driver::flush;
 use crate::log::AppendError;
 
-/// Versions 3 (the first with record batch v2) to 9 (flexible). v10+ add
-/// leader hints (KIP-951) and v13 topic ids, which are not implemented.
-pub const VERSIONS: (i16, i16) = (3, 9);
+/// Versions 3 (the first with record batch v2) to 12: v10 adds leader
+/// hints (KIP-951; left empty: the testkit's errors send clients to
+/// Metadata), v11 `TRANSACTION_ABORTABLE`, v12 transaction version 2 (a
+/// transactional batch's partition joins the transaction implicitly). v13
+/// names topics by id and is not implemented.
+pub const VERSIONS: (i16, i16) = (3, 12);
 
 /// Kafka's default `max.message.bytes`: the largest batch a topic accepts.
 const DEFAULT_MAX_MESSAGE_BYTES: usize = 1_048_588;
@@ -28,7 +32,7 @@ pub fn handle(
     state: &mut ClusterState,
     ctx: &RequestContext,
     req: ProduceRequest,
-    _version: i16,
+    version: i16,
 ) -> Reply {
     let acks = req.acks;
     let transactional_id = req.transactional_id.as_ref().map(|t| t.0.to_string());
@@ -41,7 +45,15 @@ pub fn handle(
             .partition_data
             .into_iter()
             .map(|p| {
-                let r = produce_partition(state, ctx, &name, p, acks, transactional_id.as_deref());
+                let r = produce_partition(
+                    state,
+                    ctx,
+                    &name,
+                    p,
+                    acks,
+                    transactional_id.as_deref(),
+                    version,
+                );
                 appended_any |= r.error_code == 0;
                 failed_any |= r.error_code != 0;
                 r
@@ -85,6 +97,7 @@ fn produce_partition(
     data: PartitionProduceData,
     acks: i16,
     transactional_id: Option<&str>,
+    version: i16,
 ) -> PartitionProduceResponse {
     let transactional = transactional_id.is_some();
     let index = data.index;
@@ -148,11 +161,31 @@ fn produce_partition(
             // coordinator before appending (KIP-890): a fenced epoch is
             // INVALID_PRODUCER_EPOCH, like the partition's own epoch check.
             let tid = transactional_id.unwrap_or_default();
-            if let Some(e) =
+            let mut refused =
                 state
                     .txns
-                    .produce_error(tid, h.producer_id, h.producer_epoch, topic, index)
-            {
+                    .produce_error(tid, h.producer_id, h.producer_epoch, topic, index);
+            if refused == Some(ResponseError::InvalidTxnState) && version >= 12 {
+                // Transaction version 2: the leader adds the partition to
+                // the transaction for the client (AddPartitionsToTxn v5).
+                refused = state
+                    .txns
+                    .add_partition_implicitly(
+                        tid,
+                        h.producer_id,
+                        h.producer_epoch,
+                        (topic.to_owned(), index),
+                        ctx.now,
+                    )
+                    .err()
+                    .map(|e| match e {
+                        ResponseError::ProducerFenced => ResponseError::InvalidProducerEpoch,
+                        ResponseError::ConcurrentTransactions => ResponseError::NotEnoughReplicas,
+                        e => e,
+                    });
+                flush(state);
+            }
+            if let Some(e) = refused {
                 let message = match e {
                     ResponseError::InvalidProducerEpoch => {
                         "the producer's epoch is not the transactional id's current one (fenced)"

@@ -9,15 +9,19 @@ use weir_protocol::kafka_protocol::messages::{
     ResponseKind, TxnOffsetCommitRequest, TxnOffsetCommitResponse,
 };
 
+use weir_protocol::kafka_protocol::ResponseError;
+
 use super::{Reply, RequestContext, existing_partitions, offsets_to_commit};
 use crate::cluster::ClusterState;
 use crate::coordinator::driver::{check_coordinator, flush};
 use crate::coordinator::group::{CommitMember, OffsetToCommit};
 use crate::coordinator::txn::error_code_for;
 
-/// Versions 0 to 3 (v3: group metadata, KIP-447). A fenced producer gets
+/// Versions 0 to 5 (v3: group metadata, KIP-447; v4:
+/// `TRANSACTION_ABORTABLE`; v5: transaction version 2, the group's offsets
+/// join the transaction without AddOffsetsToTxn). A fenced producer gets
 /// `INVALID_PRODUCER_EPOCH` at every version, as from Kafka's verification.
-pub const VERSIONS: (i16, i16) = (0, 3);
+pub const VERSIONS: (i16, i16) = (0, 5);
 
 /// Stages the offsets until EndTxn.
 pub fn handle(
@@ -29,6 +33,23 @@ pub fn handle(
     let offsets: Vec<OffsetToCommit> = offsets_to_commit!(req);
     let group = req.group_id.0.to_string();
     let checked = check_coordinator(state, ctx, &group).and_then(|()| {
+        if version >= 5 {
+            // Transaction version 2: the coordinator adds the offsets
+            // partition itself (Kafka verifies with AddPartitionsToTxn v5).
+            state
+                .txns
+                .add_offsets_implicitly(
+                    &req.transactional_id.0,
+                    req.producer_id.0,
+                    req.producer_epoch,
+                    &group,
+                    ctx.now,
+                )
+                .map_err(|e| match e {
+                    ResponseError::ProducerFenced => ResponseError::InvalidProducerEpoch.code(),
+                    e => e.code(),
+                })?;
+        }
         state
             .txns
             .check_offset_commit(

@@ -224,6 +224,7 @@ impl TxnCoordinator {
                 partitions: Default::default(),
                 groups: Default::default(),
                 started: None,
+                client_tv2: false,
             };
             self.txns.insert(tid.to_owned(), meta);
             debug!(transactional_id = tid, producer_id, "new transactional id");
@@ -385,6 +386,60 @@ impl TxnCoordinator {
         })
     }
 
+    /// A partition joins the transaction implicitly, from a transactional
+    /// Produce v12 of a client of transaction version 2 (Kafka's leader
+    /// sends AddPartitionsToTxn v5 to the coordinator on its behalf).
+    ///
+    /// # Errors
+    /// As [`add_partitions`](Self::add_partitions).
+    pub fn add_partition_implicitly(
+        &mut self,
+        tid: &str,
+        producer_id: i64,
+        producer_epoch: i16,
+        partition: TopicPartition,
+        now: Instant,
+    ) -> Result<(), ResponseError> {
+        self.add_tv2(tid, producer_id, producer_epoch, now, |m| {
+            m.partitions.insert(partition);
+        })
+    }
+
+    /// A group's offsets join the transaction implicitly, from a
+    /// TxnOffsetCommit v5 (transaction version 2).
+    ///
+    /// # Errors
+    /// As [`add_partitions`](Self::add_partitions).
+    pub fn add_offsets_implicitly(
+        &mut self,
+        tid: &str,
+        producer_id: i64,
+        producer_epoch: i16,
+        group_id: &str,
+        now: Instant,
+    ) -> Result<(), ResponseError> {
+        self.add_tv2(tid, producer_id, producer_epoch, now, |m| {
+            m.groups.insert(group_id.to_owned());
+        })
+    }
+
+    fn add_tv2(
+        &mut self,
+        tid: &str,
+        producer_id: i64,
+        producer_epoch: i16,
+        now: Instant,
+        f: impl FnOnce(&mut TxnMetadata),
+    ) -> Result<(), ResponseError> {
+        let starts =
+            self.check_producer(tid, producer_id, producer_epoch)?.state != TxnState::Ongoing;
+        self.add(tid, producer_id, producer_epoch, now, f)?;
+        if starts && let Some(meta) = self.txns.get_mut(tid) {
+            meta.client_tv2 = true;
+        }
+        Ok(())
+    }
+
     fn add(
         &mut self,
         tid: &str,
@@ -402,6 +457,7 @@ impl TxnCoordinator {
         };
         f(meta);
         if meta.state != TxnState::Ongoing {
+            meta.client_tv2 = false;
             meta.state = TxnState::Ongoing;
             meta.started = Some(now);
             let deadline = now + meta.timeout;
@@ -477,6 +533,114 @@ impl TxnCoordinator {
             }
             _ => Err(ResponseError::InvalidTxnState),
         }
+    }
+
+    /// Handles EndTxn v5 (transaction version 2, KIP-890), as Kafka's
+    /// `handleEndTransaction` does for a client of that version: the epoch
+    /// is bumped at every commit or abort (a new producer id with epoch 0
+    /// once it is exhausted) and the new producer id and epoch are
+    /// returned. A retry names the epoch before the bump: it gets the
+    /// same answer (or `CONCURRENT_TRANSACTIONS` while markers are being
+    /// written); any other epoch is `PRODUCER_FENCED`.
+    ///
+    /// # Errors
+    /// `INVALID_REQUEST`, `INVALID_PRODUCER_ID_MAPPING`, `PRODUCER_FENCED`,
+    /// `INVALID_TXN_STATE` or `CONCURRENT_TRANSACTIONS`.
+    pub fn end_txn_v2(
+        &mut self,
+        tid: &str,
+        producer_id: i64,
+        producer_epoch: i16,
+        commit: bool,
+    ) -> Result<ProducerIdAndEpoch, ResponseError> {
+        if tid.is_empty() {
+            return Err(ResponseError::InvalidRequest);
+        }
+        let meta = self
+            .txns
+            .get(tid)
+            .ok_or(ResponseError::InvalidProducerIdMapping)?;
+        // A retry across a rotation names the old producer id with its
+        // exhausted epoch.
+        let retry_on_overflow = meta.client_tv2
+            && meta.last_producer_id == producer_id
+            && TxnMetadata::epoch_exhausted(producer_epoch)
+            && meta.producer_epoch == 0;
+        let retry_on_bump =
+            meta.client_tv2 && meta.producer_epoch == producer_epoch.wrapping_add(1);
+        if meta.producer_id != producer_id && !retry_on_overflow {
+            return Err(ResponseError::InvalidProducerIdMapping);
+        }
+        let current_epoch = producer_epoch == meta.producer_epoch && !retry_on_overflow;
+        let retry = meta.client_tv2 && (retry_on_bump || retry_on_overflow);
+        // Kafka 4.4 (checked against it): an abort with the current epoch
+        // is accepted in every state, also when nothing of the transaction
+        // reached the coordinator (Empty, or just after a completed
+        // transaction): the epoch is bumped and no marker is written.
+        let nothing_to_abort = !commit
+            && current_epoch
+            && matches!(
+                meta.state,
+                TxnState::Empty | TxnState::CompleteCommit | TxnState::CompleteAbort
+            );
+        let valid_epoch = match meta.state {
+            TxnState::Ongoing | TxnState::Empty => current_epoch,
+            TxnState::PrepareCommit | TxnState::PrepareAbort => retry || current_epoch,
+            TxnState::CompleteCommit | TxnState::CompleteAbort => retry || nothing_to_abort,
+        };
+        if !valid_epoch {
+            return Err(ResponseError::ProducerFenced);
+        }
+        let current = (meta.producer_id, meta.producer_epoch);
+        match (meta.state, commit) {
+            (TxnState::Ongoing, _) => {}
+            _ if nothing_to_abort => {}
+            (TxnState::CompleteCommit, true) | (TxnState::CompleteAbort, false) if retry => {
+                return Ok(current);
+            }
+            (TxnState::PrepareCommit | TxnState::PrepareAbort, _) => {
+                return Err(ResponseError::ConcurrentTransactions);
+            }
+            _ => return Err(ResponseError::InvalidTxnState),
+        }
+        let rotated = if TxnMetadata::epoch_exhausted(meta.producer_epoch) {
+            Some(self.allocate_producer_id())
+        } else {
+            None
+        };
+        let Some(meta) = self.txns.get_mut(tid) else {
+            return Err(ResponseError::InvalidProducerIdMapping);
+        };
+        meta.client_tv2 = true;
+        // The markers carry the bumped epoch (Kafka's
+        // `prepareAbortOrCommit` under transaction version 2).
+        meta.last_producer_epoch = meta.producer_epoch;
+        meta.producer_epoch = meta.producer_epoch.saturating_add(1);
+        let marker_epoch = meta.producer_epoch;
+        if nothing_to_abort {
+            meta.state = TxnState::CompleteAbort;
+            meta.partitions.clear();
+            meta.groups.clear();
+            meta.started = None;
+        } else {
+            self.end(tid, commit);
+        }
+        let Some(meta) = self.txns.get_mut(tid) else {
+            return Err(ResponseError::InvalidProducerIdMapping);
+        };
+        if let Some(new_id) = rotated {
+            meta.last_producer_id = meta.producer_id;
+            meta.producer_id = new_id;
+            meta.producer_epoch = 0;
+        }
+        debug!(
+            transactional_id = tid,
+            producer_id = meta.producer_id,
+            epoch = meta.producer_epoch,
+            marker_epoch,
+            "transaction version 2: epoch bumped at EndTxn"
+        );
+        Ok((meta.producer_id, meta.producer_epoch))
     }
 
     /// Aborts a transaction whose timeout passed: the epoch is bumped first,

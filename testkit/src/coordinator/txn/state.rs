@@ -63,6 +63,11 @@ pub struct TxnMetadata {
     pub groups: BTreeSet<String>,
     /// When the open transaction started (its first AddPartitions/AddOffsets).
     pub started: Option<Instant>,
+    /// Whether the last transaction was run by a client of transaction
+    /// version 2 (KIP-890: Produce v12, TxnOffsetCommit v5, EndTxn v5),
+    /// Kafka's `clientTransactionVersion`: EndTxn then bumps the epoch, and
+    /// its retries are recognised by the epoch before the bump.
+    pub client_tv2: bool,
 }
 
 impl TxnMetadata {

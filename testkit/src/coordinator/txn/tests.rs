@@ -400,3 +400,59 @@ fn random_clients_never_break_the_transaction_invariants() {
     }
     assert!(aborts > 0, "the run exercised aborts");
 }
+
+/// Transaction version 2 as Kafka 4.4 answers it: every EndTxn v5 bumps
+/// the epoch and returns it, its markers carry the bumped epoch, a retry
+/// with the epoch before the bump gets the same answer, an abort of
+/// nothing is accepted with a bump, and a stale epoch is fenced.
+#[test]
+fn transaction_version_2_bumps_the_epoch_at_every_end_txn() {
+    let mut c = TxnCoordinator::new();
+    let now = Instant::now();
+    let (pid, e0) = init(&mut c);
+    c.add_partition_implicitly(TID, pid, e0, tp("out", 0), now)
+        .unwrap();
+    assert_eq!(state(&c), TxnState::Ongoing);
+    let (pid1, e1) = c.end_txn_v2(TID, pid, e0, true).unwrap();
+    assert_eq!((pid1, e1), (pid, e0 + 1));
+    let ends = c.take_ends();
+    assert_eq!(ends.len(), 1);
+    assert_eq!(ends[0].producer_epoch, e1, "markers carry the bumped epoch");
+    assert_eq!(ends[0].kind, ControlKind::Commit);
+    // A retry of that EndTxn (its answer lost) names the old epoch.
+    assert_eq!(c.end_txn_v2(TID, pid, e0, true), Ok((pid, e1)));
+    assert!(c.take_ends().is_empty());
+    // The old epoch can no longer add anything.
+    assert_eq!(
+        c.add_partition_implicitly(TID, pid, e0, tp("out", 0), now),
+        Err(ResponseError::ProducerFenced)
+    );
+    // An abort of nothing (no partition reached the coordinator) is
+    // accepted and bumps the epoch, without markers.
+    assert_eq!(c.end_txn_v2(TID, pid, e1, false), Ok((pid, e1 + 1)));
+    assert!(c.take_ends().is_empty());
+    // An epoch two behind is fenced.
+    assert_eq!(
+        c.end_txn_v2(TID, pid, e1 - 1, false),
+        Err(ResponseError::ProducerFenced)
+    );
+}
+
+/// At an exhausted epoch EndTxn v5 rotates the producer id (epoch 0) and a
+/// retry naming the old id and its last epoch gets the new pair.
+#[test]
+fn transaction_version_2_rotates_the_producer_id_when_the_epoch_runs_out() {
+    let mut c = TxnCoordinator::new();
+    let now = Instant::now();
+    let (pid, _) = init(&mut c);
+    let last = i16::MAX - 1;
+    if let Some(meta) = c.txns.get_mut(TID) {
+        meta.producer_epoch = last;
+    }
+    c.add_partition_implicitly(TID, pid, last, tp("out", 0), now)
+        .unwrap();
+    let (new_pid, epoch) = c.end_txn_v2(TID, pid, last, false).unwrap();
+    assert_ne!(new_pid, pid);
+    assert_eq!(epoch, 0);
+    assert_eq!(c.end_txn_v2(TID, pid, last, false), Ok((new_pid, 0)));
+}
