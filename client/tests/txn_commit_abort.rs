@@ -6,8 +6,11 @@
 mod txn_support;
 
 use std::collections::BTreeMap;
+use std::time::Duration;
 
-use txn_support::{Kit, all_values, client, producer, read_committed, testkit, testkit_at};
+use txn_support::{
+    Kit, all_values, client, producer, read_committed, testkit, testkit_at, testkit_with,
+};
 use weir_client::ClientError;
 use weir_client::producer::{ProducerRecord, TopicPartition};
 use weir_client::transaction::{
@@ -427,4 +430,44 @@ async fn transaction_version_2_joins_implicitly_and_takes_the_epoch_of_every_end
     );
     let seen = read_committed(&kit, "out", 2).await;
     assert_eq!(seen.values().map(Vec::len).sum::<usize>(), 8, "{seen:?}");
+}
+
+/// Markers written after EndTxn is answered, as Kafka does: right after
+/// `commit` returns the transaction is still completing (its records not
+/// yet visible to read_committed), the next transaction's first request
+/// meets `CONCURRENT_TRANSACTIONS` and is retried, and every transaction
+/// commits, under both transaction versions.
+#[tokio::test(start_paused = true)]
+async fn markers_written_after_the_answer_delay_visibility_not_commits() {
+    use weir_testkit::coordinator::txn::state::TxnState;
+    for version in [1, 2] {
+        let kit = testkit_with(
+            weir_testkit::Cluster::builder()
+                .transaction_version(version)
+                .txn_marker_delay(Duration::from_millis(50)),
+            1,
+            &["out"],
+        )
+        .await;
+        let p = producer(&kit, "later", TransactionConfig::new("tx-later")).await;
+        for txn in 0..10 {
+            p.begin().unwrap();
+            p.send(ProducerRecord::new("out").with_value(format!("t{txn}")))
+                .await
+                .unwrap();
+            p.commit().await.unwrap();
+            if txn == 0 {
+                let state = kit
+                    .with_state(|s| s.txns.transaction("tx-later").map(|t| t.state))
+                    .await
+                    .unwrap();
+                assert_eq!(state, Some(TxnState::PrepareCommit), "version {version}");
+                let (_, lso, _) = kit.offsets("out", 0).await.unwrap();
+                assert_eq!(lso, 0, "version {version}: visible before its marker");
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(60)).await;
+        let seen = all_values(&read_committed(&kit, "out", 1).await);
+        assert_eq!(seen.len(), 10, "version {version}: {seen:?}");
+    }
 }

@@ -7,7 +7,7 @@ mod txn_support;
 
 use std::time::Duration;
 
-use txn_support::{all_values, producer, read_committed, testkit};
+use txn_support::{all_values, producer, read_committed, testkit, testkit_with};
 use weir_client::producer::ProducerRecord;
 use weir_client::transaction::TransactionConfig;
 
@@ -82,4 +82,33 @@ async fn an_unreachable_coordinator_fails_init_after_the_api_timeout_on_tokio_s_
         "{waited:?}"
     );
     assert!(real_start.elapsed() < Duration::from_secs(3));
+}
+
+/// With Kafka's abort scan (every 10 s) a timed-out transaction is aborted
+/// at the first scan after its deadline, not at the deadline: an abandoned
+/// transaction holds its partitions' LSO up to the timeout plus a period.
+#[tokio::test(start_paused = true)]
+async fn with_kafkas_abort_scan_a_timed_out_transaction_waits_for_the_next_scan() {
+    let kit = testkit_with(
+        weir_testkit::Cluster::builder().txn_abort_scan_interval(Duration::from_secs(10)),
+        1,
+        &["out"],
+    )
+    .await;
+    let txn = TransactionConfig::new("tx-scan").with_timeout(Duration::from_millis(200));
+    let p = producer(&kit, "scanned", txn).await;
+    p.begin().unwrap();
+    let began = tokio::time::Instant::now();
+    p.send(ProducerRecord::new("out").with_value("v"))
+        .await
+        .unwrap();
+    tokio::time::sleep_until(began + Duration::from_millis(9_900)).await;
+    assert_eq!(
+        kit.offsets("out", 0).await.unwrap().1,
+        0,
+        "aborted before the scan"
+    );
+    tokio::time::sleep_until(began + Duration::from_millis(10_100)).await;
+    let (_, lso, hw) = kit.offsets("out", 0).await.unwrap();
+    assert_eq!((lso, hw), (2, 2), "no abort marker after the scan");
 }

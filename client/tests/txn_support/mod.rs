@@ -27,13 +27,21 @@ pub async fn testkit(partitions: i32, topics: &[&str]) -> Kit {
 /// AddOffsetsToTxn, the KIP-360 bump after an abort), which brokers before
 /// Kafka 4.0 and 4.x clusters formatted at version 1 still need.
 pub async fn testkit_at(partitions: i32, topics: &[&str], version: i16) -> Kit {
-    let cluster = Arc::new(
-        weir_testkit::Cluster::builder()
-            .transaction_version(version)
-            .build()
-            .await
-            .unwrap(),
-    );
+    testkit_with(
+        weir_testkit::Cluster::builder().transaction_version(version),
+        partitions,
+        topics,
+    )
+    .await
+}
+
+/// A testkit built by `builder`, with `topics` of `partitions` each.
+pub async fn testkit_with(
+    builder: weir_testkit::ClusterBuilder,
+    partitions: i32,
+    topics: &[&str],
+) -> Kit {
+    let cluster = Arc::new(builder.build().await.unwrap());
     for t in topics {
         cluster
             .create_topic(t, partitions, [] as [(&str, &str); 0])

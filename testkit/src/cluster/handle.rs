@@ -73,7 +73,22 @@ impl ClusterBuilder {
         self
     }
 
-    /// `group.initial.rebalance.delay.ms` (default 0).
+    /// How long markers take after EndTxn (default 0; Kafka takes tens of
+    /// milliseconds; see [`ClusterConfig::txn_marker_delay`]).
+    pub fn txn_marker_delay(mut self, delay: Duration) -> Self {
+        self.config.txn_marker_delay = delay;
+        self
+    }
+
+    /// The period of the scan that aborts timed-out transactions (default
+    /// 0: at the deadline; Kafka's is 10 s; see
+    /// [`ClusterConfig::txn_abort_scan_interval`]).
+    pub fn txn_abort_scan_interval(mut self, interval: Duration) -> Self {
+        self.config.txn_abort_scan_interval = interval;
+        self
+    }
+
+    /// `group.initial.rebalance.delay.ms` (default 0; Kafka's is 3 s).
     pub fn group_initial_rebalance_delay(mut self, delay: Duration) -> Self {
         self.config.group_initial_rebalance_delay = delay;
         self

@@ -233,7 +233,7 @@ pub(crate) fn fire_timers(state: &mut ClusterState, now: Instant) {
                     finish(state, id, reply);
                 }
             }
-            TimerEvent::Group(_) | TimerEvent::Txn(_) => {
+            TimerEvent::Group(_) | TimerEvent::Txn(_) | TimerEvent::TxnMarkers(_) => {
                 handlers::coordinator_timer(state, event, now)
             }
         }

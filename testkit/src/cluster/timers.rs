@@ -23,6 +23,9 @@ pub enum TimerEvent {
     Group(String),
     /// A deadline of the transaction coordinator for this transactional id.
     Txn(String),
+    /// The markers of this transactional id's oldest ended transaction are
+    /// written now.
+    TxnMarkers(String),
 }
 
 /// Timer entries ordered by deadline, then by insertion.

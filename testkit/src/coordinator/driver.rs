@@ -10,6 +10,7 @@ use weir_protocol::records::ControlKind;
 
 use crate::cluster::ClusterState;
 use crate::cluster::timers::TimerEvent;
+use crate::coordinator::txn::TxnEnd;
 use crate::handlers::RequestContext;
 
 /// The broker that coordinates `key`: the one `coordinator_for` hashes it
@@ -50,7 +51,21 @@ pub fn flush(state: &mut ClusterState) {
     for (at, tid) in state.txns.take_wakeups() {
         state.schedule(at, TimerEvent::Txn(tid));
     }
+    let delay = state.txns.config.marker_delay;
     for end in state.txns.take_ends() {
+        if delay.is_zero() {
+            write_markers(state, &end);
+        } else {
+            let tid = end.transactional_id.clone();
+            state.pending_markers.push(end);
+            state.schedule(Instant::now() + delay, TimerEvent::TxnMarkers(tid));
+        }
+    }
+}
+
+/// Writes an ended transaction's markers and completes its offsets.
+fn write_markers(state: &mut ClusterState, end: &TxnEnd) {
+    {
         let commit = end.kind == ControlKind::Commit;
         for (topic, partition) in &end.partitions {
             // Kafka retries markers until they land; here a marker fails only
@@ -73,11 +88,32 @@ pub fn flush(state: &mut ClusterState) {
     }
 }
 
+/// The markers of `tid`'s oldest pending transaction end are due.
+fn markers_due(state: &mut ClusterState, tid: &str) {
+    let Some(i) = state
+        .pending_markers
+        .iter()
+        .position(|e| e.transactional_id == tid)
+    else {
+        return;
+    };
+    let end = state.pending_markers.remove(i);
+    write_markers(state, &end);
+    if !state
+        .pending_markers
+        .iter()
+        .any(|e| e.transactional_id == tid)
+    {
+        state.txns.complete(tid);
+    }
+}
+
 /// Handles a coordinator deadline from the timer wheel.
 pub fn on_timer(state: &mut ClusterState, event: &TimerEvent, now: Instant) {
     match event {
         TimerEvent::Group(group) => state.groups.on_timer(group, now),
         TimerEvent::Txn(tid) => state.txns.on_timer(tid, now),
+        TimerEvent::TxnMarkers(tid) => markers_due(state, tid),
         _ => {}
     }
     flush(state);

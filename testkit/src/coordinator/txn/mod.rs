@@ -39,6 +39,15 @@ pub struct TxnConfig {
     pub max_timeout: Duration,
     /// The first producer id handed out.
     pub first_producer_id: i64,
+    /// Zero: an ended transaction is complete at once (its markers are
+    /// written before anything else is handled). Otherwise it stays in
+    /// Prepare* until [`TxnCoordinator::complete`], which the cluster calls
+    /// when it writes the markers this long after.
+    pub marker_delay: Duration,
+    /// Zero: a timed-out transaction is aborted at its deadline. Otherwise
+    /// at the first multiple of this period (counted from the
+    /// coordinator's first transaction) at or after it, as Kafka's scan.
+    pub abort_scan_interval: Duration,
 }
 
 impl Default for TxnConfig {
@@ -46,6 +55,8 @@ impl Default for TxnConfig {
         Self {
             max_timeout: Duration::from_secs(900),
             first_producer_id: 1000,
+            marker_delay: Duration::ZERO,
+            abort_scan_interval: Duration::ZERO,
         }
     }
 }
@@ -79,6 +90,8 @@ pub struct TxnCoordinator {
     allocated: i64,
     ends: Vec<TxnEnd>,
     wakeups: Vec<(Instant, String)>,
+    /// When the abort scan's period started (the first transaction).
+    scan_origin: Option<Instant>,
 }
 
 /// The code to send for `error` at `version`: clients older than KIP-588
@@ -121,6 +134,32 @@ impl TxnCoordinator {
     /// each, call [`on_timer`](Self::on_timer) with the transactional id.
     pub fn take_wakeups(&mut self) -> Vec<(Instant, String)> {
         std::mem::take(&mut self.wakeups)
+    }
+
+    /// When the abort scan first runs at or after `deadline`.
+    fn next_scan(&mut self, deadline: Instant, now: Instant) -> Instant {
+        let period = self.config.abort_scan_interval;
+        if period.is_zero() {
+            return deadline;
+        }
+        let origin = *self.scan_origin.get_or_insert(now);
+        let since = deadline.saturating_duration_since(origin).as_nanos();
+        let period_ns = period.as_nanos().max(1);
+        let scans = since.div_ceil(period_ns);
+        let offset = u64::try_from(scans.saturating_mul(period_ns)).unwrap_or(u64::MAX);
+        origin + Duration::from_nanos(offset)
+    }
+
+    /// The markers of `tid`'s ended transaction are written: it moves from
+    /// Prepare* to Complete* (see [`TxnConfig::marker_delay`]).
+    pub fn complete(&mut self, tid: &str) {
+        if let Some(meta) = self.txns.get_mut(tid) {
+            meta.state = match meta.state {
+                TxnState::PrepareCommit => TxnState::CompleteCommit,
+                TxnState::PrepareAbort => TxnState::CompleteAbort,
+                other => other,
+            };
+        }
     }
 
     fn allocate_producer_id(&mut self) -> i64 {
@@ -467,7 +506,8 @@ impl TxnCoordinator {
                 epoch = producer_epoch,
                 "transaction started"
             );
-            self.wakeups.push((deadline, tid.to_owned()));
+            let at = self.next_scan(deadline, now);
+            self.wakeups.push((at, tid.to_owned()));
         }
         Ok(())
     }
@@ -685,13 +725,16 @@ impl TxnCoordinator {
             partitions: std::mem::take(&mut meta.partitions).into_iter().collect(),
             groups: std::mem::take(&mut meta.groups).into_iter().collect(),
         };
-        // The caller writes the markers before it handles anything else, so
-        // the transaction is complete as soon as this call returns.
-        meta.state = if commit {
-            TxnState::CompleteCommit
-        } else {
-            TxnState::CompleteAbort
-        };
+        // Without a marker delay the caller writes the markers before it
+        // handles anything else, so the transaction is complete as soon as
+        // this call returns; with one it stays in Prepare* until then.
+        if self.config.marker_delay.is_zero() {
+            meta.state = if commit {
+                TxnState::CompleteCommit
+            } else {
+                TxnState::CompleteAbort
+            };
+        }
         meta.started = None;
         debug!(
             transactional_id = tid,
