@@ -48,6 +48,34 @@ pub(crate) struct Active {
     pub(crate) dirty: bool,
 }
 
+impl Active {
+    /// The one rule for punctuation: a wall-clock punctuation that forwarded
+    /// records or wrote to a store makes its task need a commit, under both
+    /// guarantees (Kafka Streams' `commitNeeded`). Call it right after the
+    /// punctuation, before its changelog records are taken.
+    ///
+    /// It prevents (review F1): under exactly-once, a punctuator's outputs
+    /// on an idle input left in the worker's open transaction, which pins
+    /// the LSO of every partition it wrote until the coordinator aborts it
+    /// at `transaction.timeout.ms`, losing them; under at-least-once, a
+    /// punctuator's staged writes to an unlogged store dropped when the
+    /// task closes, since a clean task's close commits nothing.
+    pub(crate) fn punctuated(&mut self, done: crate::task::Punctuated) {
+        if !done.ran {
+            return;
+        }
+        if done.forwarded
+            || self.task.has_changelog()
+            || self
+                .store
+                .as_ref()
+                .is_some_and(TaskStore::has_staged_writes)
+        {
+            self.dirty = true;
+        }
+    }
+}
+
 /// How a worker writes.
 pub(crate) enum Producers {
     AtLeastOnce(Producer),

@@ -372,9 +372,8 @@ impl Worker {
         let now = self.rt.wall_clock_ms();
         let mut outputs = Vec::new();
         for (id, active) in &mut self.tasks {
-            active.task.punctuate_wall_clock(now)?;
-            // A punctuator's store writes are committed like a record's.
-            active.dirty |= active.task.has_changelog();
+            let done = active.task.punctuate_wall_clock(now)?;
+            active.punctuated(done);
             outputs.push((
                 *id,
                 active.task.take_outputs(),
