@@ -280,7 +280,7 @@ impl Worker {
             tokio::select! {
                 biased;
                 command = commands.recv() => match command {
-                    Some(WorkerCommand::Add(tasks)) => self.add(tasks),
+                    Some(WorkerCommand::Add(tasks)) => self.add(tasks).await,
                     Some(WorkerCommand::Revoke(tasks, done)) => {
                         self.revoke(&tasks).await;
                         let _ = done.send(());
@@ -362,7 +362,7 @@ impl Worker {
                 }
                 if let Some(parts) = self.owned.get(&id).cloned() {
                     tracing::info!(task = %id, "restarting task from its last commit");
-                    self.start_restore(id, parts);
+                    self.start_restore(id, parts).await;
                 }
             }
         }
@@ -413,7 +413,7 @@ impl Worker {
         }
     }
 
-    fn add(&mut self, tasks: Vec<(TaskId, Vec<GroupPartition>)>) {
+    async fn add(&mut self, tasks: Vec<(TaskId, Vec<GroupPartition>)>) {
         for (id, parts) in tasks {
             let parts: Vec<TopicPartition> = parts.iter().map(to_client).collect();
             let entry = self.owned.entry(id).or_default();
@@ -428,12 +428,30 @@ impl Worker {
                 // task would each take its fence and store.
                 self.revive.remove(&id);
                 self.retry_at.remove(&id);
-                self.start_restore(id, parts);
+                self.start_restore(id, parts).await;
             }
         }
     }
 
-    fn start_restore(&mut self, id: TaskId, _parts: Vec<TopicPartition>) {
+    async fn start_restore(&mut self, id: TaskId, _parts: Vec<TopicPartition>) {
+        // Under exactly-once the worker's producer is initialised before
+        // the restore reads: a producer dropped after a failed commit (an
+        // abort refused after an EndTxn of unknown outcome) may have left
+        // its transaction open, holding the LSO of the changelogs it wrote,
+        // and `init_transactions` aborts it now. Initialised after the
+        // restore (review F5), the task's read_committed restore waited
+        // for that transaction's timeout.
+        if self.rt.config.guarantee == ProcessingGuarantee::ExactlyOnceV2
+            && let Err(e) = self.producers().await
+        {
+            if matches!(e, StreamsError::InvalidConfig { .. }) {
+                self.fail(e).await;
+                return;
+            }
+            let backoff = self.retry_later(id);
+            tracing::warn!(task = %id, error = %e, backoff = ?backoff, "initialising transactions before the restore failed; retrying");
+            return;
+        }
         let rt = Arc::clone(&self.rt);
         let handle = tokio::spawn(tracing::Instrument::instrument(
             async move { (id, restore::prepare(rt, id).await) },
