@@ -12,7 +12,7 @@ use tracing::Instrument;
 use weir_client::config::consumer::IsolationLevel;
 use weir_client::consumer::{Consumer, ConsumerRecord, SeekTo, TopicPartition};
 use weir_client::producer::{DeliveryGroup, Producer, ProducerRecord, SendGate};
-use weir_client::transaction::{TransactionConfig, TransactionalProducer, fetch_stable_offsets};
+use weir_client::transaction::{TransactionConfig, TransactionalProducer};
 use weir_group::assignor::TopicPartition as GroupPartition;
 use weir_group::member::NoPermit;
 
@@ -506,7 +506,7 @@ impl Worker {
             )?;
             // Stable offsets: while another owner's transaction holding
             // offsets for these partitions is open, this waits for it to end.
-            let committed = fetch_stable_offsets(&self.rt.cluster, self.rt.app(), &inputs)
+            let committed = commit::fetch_stable_offsets(&self.rt, &inputs)
                 .await
                 .map_err(|e| StreamsError::client(format!("task {id}: committed offsets"), e))?;
             Ok::<_, StreamsError>((task, committed))
