@@ -11,7 +11,7 @@ use tokio::time::Instant;
 use tracing::Instrument;
 use weir_client::config::consumer::IsolationLevel;
 use weir_client::consumer::{Consumer, ConsumerRecord, SeekTo, TopicPartition};
-use weir_client::producer::{DeliveryGroup, Producer, ProducerRecord, SendGate};
+use weir_client::producer::{DeliveryGroup, Producer, ProducerRecord};
 use weir_client::transaction::{TransactionConfig, TransactionalProducer};
 use weir_group::assignor::TopicPartition as GroupPartition;
 use weir_group::member::NoPermit;
@@ -78,10 +78,6 @@ pub(crate) struct Worker {
     /// Records whose processing failed under `processing.exception.handler
     /// = skip`: passed over when the restarted tasks fetch them again.
     skip: BTreeSet<(String, i32, i64)>,
-    /// The lease's [`SendGate`] for at-least-once writes through the
-    /// worker's plain producer, kept while it is open so that the records
-    /// of one lease share batches.
-    output_gate: Option<SendGate>,
 }
 
 impl Drop for Worker {
@@ -185,7 +181,6 @@ impl Worker {
             unsent: Vec::new(),
             last_commit: Instant::now(),
             skip: BTreeSet::new(),
-            output_gate: None,
         })
     }
 
@@ -225,12 +220,15 @@ impl Worker {
     }
 
     /// The zombie guard: a worker writes (sends, commits) only while the
-    /// member's lease is valid, i.e. while the coordinator cannot yet have
-    /// given its partitions to another member. It is a deadline read
-    /// synchronously, so it holds even before the membership task has
-    /// delivered `Lost`.
+    /// lease of the assignment the instance handled last is valid, i.e.
+    /// while the coordinator cannot yet have given its partitions to
+    /// another member. It is a deadline read synchronously, so it holds
+    /// even before the membership task has delivered `Lost`; and a lease the
+    /// member got by rejoining after a loss is not that lease, so it holds
+    /// while the `Lost` waits in the queue too (review F2; see
+    /// [`Confirmed`](super::Confirmed)).
     fn writable(&self) -> bool {
-        self.rt.lease.is_valid()
+        self.rt.write_gate().is_some_and(|g| g.is_open())
     }
 
     /// Whether the lease's generation is one whose assignment the instance
@@ -238,24 +236,7 @@ impl Worker {
     /// not polling may hold a new lease before the instance has closed the
     /// tasks it lost, and those must not start again.
     fn confirmed(&self) -> bool {
-        self.rt.lease.valid_generation()
-            == Some(self.rt.confirmed_generation.load(Ordering::Acquire))
-    }
-
-    /// The gate at-least-once writes carry (review M4): `writable` is
-    /// checked when a record is handed to the producer, the gate right
-    /// before each send of its batch, so linger and retries cannot carry
-    /// a record past the lease. A fresh gate once the last one closed (a
-    /// later lease never reopens an old gate).
-    fn output_gate(&mut self) -> SendGate {
-        match &self.output_gate {
-            Some(g) if g.is_open() => g.clone(),
-            _ => {
-                let g = self.rt.lease.gate();
-                self.output_gate = Some(g.clone());
-                g
-            }
-        }
+        self.rt.lease.valid_generation() == Some(self.rt.confirmed_generation())
     }
 
     pub(crate) async fn run(self, commands: mpsc::UnboundedReceiver<WorkerCommand>) {
@@ -710,7 +691,14 @@ impl Worker {
             tokio::time::sleep(pause).await;
         }
         self.producers().await?;
-        let gate = self.output_gate();
+        // The gate at-least-once writes carry (review M4): `writable` is
+        // checked when a record is handed to the producer, the gate right
+        // before each send of its batch, so linger and retries cannot carry
+        // a record past the lease. It is the confirmed assignment's gate,
+        // never a fresh one of the member's current lease (review F2).
+        let Some(gate) = self.rt.write_gate() else {
+            return Ok(false);
+        };
         let Some(producers) = self.producers.as_ref() else {
             return Ok(true);
         };
@@ -805,7 +793,7 @@ impl Worker {
                 return Ok(());
             }
         };
-        let confirmed = self.rt.confirmed_generation.load(Ordering::Acquire);
+        let confirmed = self.rt.confirmed_generation();
         if !instructed && permit.as_ref().map(|p| p.metadata().generation) != Some(confirmed) {
             // The lease is of a generation whose assignment the instance has
             // not handled yet: the member may have lost its partitions and
@@ -820,7 +808,20 @@ impl Worker {
             return Ok(());
         }
         self.last_commit = Instant::now();
-        let generation = permit.as_ref().map(|p| p.metadata().clone());
+        // The generation the whole commit keeps: the permit's, or for an
+        // instructed commit without one the lease's now, which passed the
+        // `writable` check above (the confirmed assignment's lease). A
+        // generation that changes before the offsets are sent (a loss and
+        // a rejoin meanwhile) is refused in `group_metadata` (review F2).
+        let generation = match &permit {
+            Some(p) => Some(p.metadata().clone()),
+            None => self.rt.lease.metadata(),
+        };
+        if generation.is_none() {
+            self.suspend_all("the membership lease ended before the commit")
+                .await;
+            return Ok(());
+        }
         let started = tokio::time::Instant::now();
         // Held-back records (the DSL's record caches) go out with this
         // commit.
