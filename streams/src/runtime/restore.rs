@@ -10,9 +10,11 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
+use weir_client::Lane;
 use weir_client::admin::{Admin, OffsetSpec};
 use weir_client::config::consumer::IsolationLevel;
 use weir_client::consumer::{Consumer, SeekTo, TopicPartition};
+use weir_client::group_offsets::{Stability, by_partition, fetch_committed_once};
 use weir_client::transaction::{TransactionConfig, TransactionalProducer};
 use weir_store::{ChangelogPartition, ChangelogRecord, CommittedOffset, StoreError, TaskStore};
 
@@ -226,7 +228,14 @@ pub(crate) async fn catch_up(
             },
             ..rt.restore_env()
         };
-        let end = restore_store(&env, task, store, &spec.name, &topic, partition, purpose).await?;
+        let limit = match spec.source_topic {
+            Some(_) => Some(source_limit(&env, rt.app(), &topic, partition, purpose).await?),
+            None => None,
+        };
+        let end = restore_store(
+            &env, task, store, &spec.name, &topic, partition, purpose, limit,
+        )
+        .await?;
         let committed = match store.committed_offset(&ChangelogPartition::new(&topic, partition)) {
             CommittedOffset::Known(o) => o,
             CommittedOffset::Unknown => 0,
@@ -234,6 +243,47 @@ pub(crate) async fn catch_up(
         lag = lag.saturating_add(u64::try_from(end.saturating_sub(committed)).unwrap_or(0));
     }
     Ok(lag)
+}
+
+/// How far a source table (a store whose changelog is its task's input
+/// topic) may be restored: to the task's committed offset of that topic,
+/// or 0 when it has none (processing then starts at the topic's beginning
+/// and builds the table itself), never beyond. So the task processes its
+/// inputs against the table as it stood at their position, as Kafka
+/// Streams restores (and keeps standbys) at `min(end, committed)`.
+///
+/// Prevents (review F4): a table restored to the topic's end after a
+/// failover, so that a stream-table join over the records after the last
+/// commit used table values from the future, a result no failure-free run
+/// can give. An active restore reads the stable offset, the one processing
+/// starts from; a standby the last committed one.
+async fn source_limit(
+    env: &RestoreEnv<'_>,
+    app: &str,
+    topic: &str,
+    partition: i32,
+    purpose: Purpose,
+) -> Result<i64> {
+    let tp = TopicPartition::new(topic, partition);
+    let stability = match purpose {
+        Purpose::Active => Stability::Required,
+        Purpose::Standby => Stability::Any,
+    };
+    let cluster = env.cluster;
+    let offsets = cluster
+        .retry("OffsetFetch for a source table", || async {
+            fetch_committed_once(
+                cluster,
+                app,
+                Some(std::slice::from_ref(&tp)),
+                stability,
+                Lane::Coordinator,
+            )
+            .await
+        })
+        .await
+        .map_err(|e| StreamsError::client(format!("committed offset of {topic}-{partition}"), e))?;
+    Ok(by_partition(offsets).get(&tp).copied().unwrap_or(0))
 }
 
 /// Opens task `task`'s stores, takes its fence, and restores each logged
@@ -261,8 +311,9 @@ pub(crate) async fn prepare(rt: Arc<Runtime>, task: TaskId) -> Result<Prepared> 
 }
 
 /// Restores store `name` of `store` from partition `partition` of `topic`
-/// up to its current end, from the offset the store committed; `task`
-/// labels the logs and errors.
+/// up to its current end (or `limit`, if lower), from the offset the store
+/// committed; `task` labels the logs and errors.
+#[allow(clippy::too_many_arguments)]
 pub(crate) async fn restore_store<L: std::fmt::Display + Copy + Send + Sync + 'static>(
     rt: &RestoreEnv<'_>,
     task: L,
@@ -271,6 +322,7 @@ pub(crate) async fn restore_store<L: std::fmt::Display + Copy + Send + Sync + 's
     topic: &str,
     partition: i32,
     purpose: Purpose,
+    limit: Option<i64>,
 ) -> Result<i64> {
     let admin = Admin::new(rt.cluster.clone());
     // The end is the high watermark (read_uncommitted, as Kafka's
@@ -282,6 +334,7 @@ pub(crate) async fn restore_store<L: std::fmt::Display + Copy + Send + Sync + 's
         .first()
         .map(|o| o.offset)
         .unwrap_or(0);
+    let end = limit.map_or(end, |l| end.min(l));
     let cp = ChangelogPartition::new(topic, partition);
     let start = store.committed_offset(&cp);
     let left = |position: i64| u64::try_from(end.saturating_sub(position)).unwrap_or(0);
