@@ -601,7 +601,10 @@ fn a_reset_store_is_empty_and_claims_no_offset_after_a_reopen() {
         .unwrap();
     assert_eq!(task.committed_offset(&kv_log), CommittedOffset::Unknown);
     assert_eq!(task.committed_offset(&win_log), CommittedOffset::Unknown);
-    assert_eq!(task.committed_offset(&other_log), CommittedOffset::Known(30));
+    assert_eq!(
+        task.committed_offset(&other_log),
+        CommittedOffset::Known(30)
+    );
     assert!(contents(&task, "kv").is_empty());
     assert!(win.fetch(b"a", 0, i64::MAX).unwrap().is_empty());
     assert_eq!(contents(&task, "other").len(), 1);
