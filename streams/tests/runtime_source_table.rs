@@ -114,3 +114,108 @@ async fn a_failed_over_join_uses_the_table_as_of_its_committed_offset() {
     kit.clear_faults().await.unwrap();
     b.close(Duration::from_secs(30)).await.unwrap();
 }
+
+/// A standby of a source table is capped the same way: it follows the
+/// table's topic only up to the active task's committed offset.
+#[tokio::test(start_paused = true)]
+async fn a_source_tables_standby_stays_at_the_committed_offset() {
+    let kit = testkit(1, 1).await;
+    for t in [ORDERS, CUSTOMERS] {
+        kit.create_topic(t, 1, std::iter::empty::<(String, String)>())
+            .await
+            .unwrap();
+    }
+    let dirs: Vec<_> = (0..2).map(|_| tempfile::tempdir().unwrap()).collect();
+    let props = [
+        ("commit.interval.ms", "5000"),
+        ("num.standby.replicas", "1"),
+    ];
+    send(&kit, CUSTOMERS, "k", "v1", 100).await;
+    let a = start(
+        join(),
+        streams_config(&kit, APP, "a", dirs[0].path(), &props),
+    )
+    .await;
+    eventually("a committed v1", Duration::from_secs(60), || async {
+        committed(&kit, CUSTOMERS).await == Some(1)
+    })
+    .await;
+    let b = start(
+        join(),
+        streams_config(&kit, APP, "b", dirs[1].path(), &props),
+    )
+    .await;
+    let stale = b
+        .kv_store::<String, String>("names")
+        .unwrap()
+        .enable_stale_stores();
+    eventually("b's standby holds v1", Duration::from_secs(60), || async {
+        stale.get(&"k".to_owned()).unwrap().as_deref() == Some("v1")
+    })
+    .await;
+    assert!(
+        a.metrics().tasks.len() == 1 && b.metrics().standby_tasks.len() == 1,
+        "a runs the task, b keeps its standby"
+    );
+    // v2 is processed by a but not committed for the next 5 s; the standby
+    // follows its topic every 500 ms meanwhile.
+    let committed_before = committed(&kit, CUSTOMERS).await;
+    send(&kit, CUSTOMERS, "k", "v2", 200).await;
+    for _ in 0..6 {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        if committed(&kit, CUSTOMERS).await != committed_before {
+            break;
+        }
+        assert_eq!(
+            stale.get(&"k".to_owned()).unwrap().as_deref(),
+            Some("v1"),
+            "the standby read the table's topic past the active's committed offset"
+        );
+    }
+    eventually(
+        "the standby follows a's commit",
+        Duration::from_secs(30),
+        || async { stale.get(&"k".to_owned()).unwrap().as_deref() == Some("v2") },
+    )
+    .await;
+    a.close(Duration::from_secs(30)).await.unwrap();
+    b.close(Duration::from_secs(30)).await.unwrap();
+}
+
+/// Under at-least-once a worker whose tasks have written nothing (here a
+/// table's updates, which write no changelog and forward nothing) still
+/// commits their input offsets and stores at its interval.
+#[tokio::test(start_paused = true)]
+async fn a_task_that_writes_nothing_commits_under_at_least_once() {
+    let kit = testkit(1, 1).await;
+    for t in [ORDERS, CUSTOMERS] {
+        kit.create_topic(t, 1, std::iter::empty::<(String, String)>())
+            .await
+            .unwrap();
+    }
+    let dir = tempfile::tempdir().unwrap();
+    send(&kit, CUSTOMERS, "k", "v1", 100).await;
+    let a = start(
+        join(),
+        streams_config(
+            &kit,
+            APP,
+            "a",
+            dir.path(),
+            &[("commit.interval.ms", "1000")],
+        ),
+    )
+    .await;
+    eventually("a processed v1", Duration::from_secs(30), || async {
+        a.metrics().processed == 1
+    })
+    .await;
+    // Two commit intervals.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(
+        committed(&kit, CUSTOMERS).await,
+        Some(1),
+        "the table's input offset was never committed"
+    );
+    a.close(Duration::from_secs(30)).await.unwrap();
+}

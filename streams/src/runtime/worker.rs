@@ -845,6 +845,16 @@ impl Worker {
             self.suspend_all("sending before the commit failed").await;
             return Err(e);
         }
+        // A worker whose tasks have written nothing yet (a source table's
+        // updates, a filter that dropped everything) has no producer; it
+        // still commits their offsets and stores. Without one the commit
+        // did nothing, and the tasks' staged writes and offsets stayed
+        // uncommitted for as long as they wrote nothing.
+        if let Err(e) = self.producers().await {
+            self.suspend_all("creating the producers for the commit failed")
+                .await;
+            return Err(e);
+        }
         let rt = Arc::clone(&self.rt);
         let result = match self.producers.as_ref() {
             Some(Producers::AtLeastOnce(p)) => {
