@@ -175,7 +175,9 @@ impl GroupConsumer {
 
     async fn handle(&mut self, event: AssignmentEvent) -> Result<()> {
         match event {
-            AssignmentEvent::Assigned(added) => {
+            AssignmentEvent::Assigned {
+                partitions: added, ..
+            } => {
                 // Recorded before the fetch: if it fails, the event is
                 // consumed but the partitions are not forgotten.
                 self.starting.extend(added);

@@ -68,6 +68,22 @@ pub async fn commit(
     metadata: &GroupMetadata,
     offsets: &[(TopicPartition, i64)],
 ) -> Result<()> {
+    commit_on(cluster, metadata, offsets, Lane::Coordinator).await
+}
+
+/// [`commit`] on the connection `lane`: a caller that commits while this
+/// process's member may have a JoinGroup parked at the coordinator (on
+/// [`Lane::Coordinator`], for a whole join phase) passes another lane, so
+/// the commit is not queued behind it.
+///
+/// # Errors
+/// As [`commit`].
+pub async fn commit_on(
+    cluster: &Cluster,
+    metadata: &GroupMetadata,
+    offsets: &[(TopicPartition, i64)],
+    lane: Lane,
+) -> Result<()> {
     if offsets.is_empty() {
         return Ok(());
     }
@@ -77,7 +93,7 @@ pub async fn commit(
             .find_coordinator(CoordinatorKind::Group, group)
             .await?;
         let version = cluster
-            .connection(coordinator, Lane::Coordinator)
+            .connection(coordinator, lane)
             .await?
             .version_for::<OffsetCommitRequest>()?;
         let topics = by_topic(offsets.iter().cloned())
@@ -109,9 +125,7 @@ pub async fn commit(
             })
             .with_retention_time_ms(-1)
             .with_topics(topics);
-        let response = cluster
-            .request(coordinator, Lane::Coordinator, &request)
-            .await;
+        let response = cluster.request(coordinator, lane, &request).await;
         if response.as_ref().is_err_and(ClientError::is_network) {
             cluster.invalidate_coordinator(CoordinatorKind::Group, group);
         }

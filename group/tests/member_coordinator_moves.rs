@@ -167,7 +167,7 @@ async fn offsets_committed_before_a_move_are_fetched_after_it() {
     let cluster = client(&tk.bootstrap(), "a").await;
     let mut member = GroupMember::start(cluster.clone(), config("g")).unwrap();
     match member.next_event().await.unwrap() {
-        AssignmentEvent::Assigned(p) => assert_eq!(p.len(), 2),
+        AssignmentEvent::Assigned { partitions: p, .. } => assert_eq!(p.len(), 2),
         other => panic!("unexpected {other:?}"),
     }
     let offsets = [

@@ -120,7 +120,7 @@ async fn drive(
     tokio::time::timeout(Duration::from_secs(120), async {
         while !done(owned) {
             match member.next_event().await.unwrap() {
-                AssignmentEvent::Assigned(p) => owned.extend(p),
+                AssignmentEvent::Assigned { partitions: p, .. } => owned.extend(p),
                 AssignmentEvent::Revoked(r) => {
                     for tp in &r.partitions {
                         owned.remove(tp);

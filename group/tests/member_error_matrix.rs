@@ -178,7 +178,7 @@ async fn fail_commit(code: i16, expected: Reaction) {
     let cluster = client(&tk.bootstrap(), "a").await;
     let mut member = GroupMember::start(cluster, static_config()).unwrap();
     match member.next_event().await.unwrap() {
-        AssignmentEvent::Assigned(p) => assert_eq!(p.len(), 2),
+        AssignmentEvent::Assigned { partitions: p, .. } => assert_eq!(p.len(), 2),
         other => panic!("unexpected {other:?}"),
     }
     let member_id = member.metadata().unwrap().member_id;
@@ -236,7 +236,7 @@ async fn fail_commit(code: i16, expected: Reaction) {
         .unwrap()
         .unwrap();
     assert!(
-        matches!(&assigned, AssignmentEvent::Assigned(p) if p.len() == 2),
+        matches!(&assigned, AssignmentEvent::Assigned { partitions: p, .. } if p.len() == 2),
         "{what}: {assigned:?}"
     );
     let joins = join_member_ids(&tk, "a").await;

@@ -111,7 +111,8 @@ async fn a_commit_that_gets_rebalance_in_progress_fails_and_the_member_rejoins()
     let cluster = client(&tk.bootstrap(), "a").await;
     let mut member = GroupMember::start(cluster, config("g")).unwrap();
     loop {
-        if let weir_group::member::AssignmentEvent::Assigned(p) = member.next_event().await.unwrap()
+        if let weir_group::member::AssignmentEvent::Assigned { partitions: p, .. } =
+            member.next_event().await.unwrap()
             && !p.is_empty()
         {
             break;
@@ -140,7 +141,7 @@ async fn a_commit_that_gets_rebalance_in_progress_fails_and_the_member_rejoins()
         .unwrap()
         .unwrap();
     assert!(
-        matches!(event, weir_group::member::AssignmentEvent::Assigned(_)),
+        matches!(event, weir_group::member::AssignmentEvent::Assigned { .. }),
         "{event:?}"
     );
     assert!(join_member_ids(&tk, "a").await.len() > joins_before);

@@ -25,7 +25,7 @@ async fn a_commit_slower_than_the_session_does_not_hold_back_heartbeats() {
     let config = config("g").with_max_poll_interval(Duration::from_secs(120));
     let mut member = GroupMember::start(cluster, config).unwrap();
     match member.next_event().await.unwrap() {
-        AssignmentEvent::Assigned(p) => assert_eq!(p.len(), 2),
+        AssignmentEvent::Assigned { partitions: p, .. } => assert_eq!(p.len(), 2),
         other => panic!("unexpected {other:?}"),
     }
     let generation = member.generation();

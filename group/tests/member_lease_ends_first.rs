@@ -58,7 +58,7 @@ async fn a_fatal_heartbeat_answer_ends_the_lease_while_a_revocation_waits_for_it
     )
     .unwrap();
     match a.next_event().await.unwrap() {
-        AssignmentEvent::Assigned(p) => assert_eq!(p.len(), 2),
+        AssignmentEvent::Assigned { partitions: p, .. } => assert_eq!(p.len(), 2),
         other => panic!("a's first event: {other:?}"),
     }
     let first_generation = a.generation();
@@ -133,7 +133,7 @@ async fn the_lease_has_ended_when_the_poll_timeout_leave_group_is_sent() {
     )
     .unwrap();
     match a.next_event().await.unwrap() {
-        AssignmentEvent::Assigned(p) => assert_eq!(p.len(), 2),
+        AssignmentEvent::Assigned { partitions: p, .. } => assert_eq!(p.len(), 2),
         other => panic!("a's first event: {other:?}"),
     }
     assert!(a.lease().is_valid());

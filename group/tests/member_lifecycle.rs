@@ -238,7 +238,8 @@ async fn a_member_not_polled_within_max_poll_interval_leaves() {
     .unwrap();
     // Poll until a has its partition, then stop polling.
     loop {
-        if let weir_group::member::AssignmentEvent::Assigned(p) = idle.next_event().await.unwrap()
+        if let weir_group::member::AssignmentEvent::Assigned { partitions: p, .. } =
+            idle.next_event().await.unwrap()
             && !p.is_empty()
         {
             break;

@@ -29,7 +29,8 @@ fn fatal(entries: &[Entry]) -> Vec<Entry> {
 async fn until_assigned(member: &mut GroupMember) -> Vec<weir_group::assignor::TopicPartition> {
     tokio::time::timeout(LIMIT, async {
         loop {
-            if let AssignmentEvent::Assigned(p) = member.next_event().await.unwrap()
+            if let AssignmentEvent::Assigned { partitions: p, .. } =
+                member.next_event().await.unwrap()
                 && !p.is_empty()
             {
                 return p;
@@ -197,7 +198,7 @@ async fn eager_revocation_longer_than_the_session_keeps_heartbeating() {
         .unwrap()
         .unwrap();
     assert!(
-        matches!(event, AssignmentEvent::Assigned(ref p) if p.len() == 1),
+        matches!(event, AssignmentEvent::Assigned { partitions: ref p, .. } if p.len() == 1),
         "{event:?}"
     );
     journal

@@ -28,7 +28,7 @@ async fn a_member_cut_off_past_the_api_timeout_rejoins_after_the_outage() {
     let mut member = GroupMember::start(cluster, config_for_outage()).unwrap();
     loop {
         match tokio::time::timeout(LIMIT, member.next_event()).await {
-            Ok(Ok(AssignmentEvent::Assigned(p))) if !p.is_empty() => break,
+            Ok(Ok(AssignmentEvent::Assigned { partitions: p, .. })) if !p.is_empty() => break,
             Ok(Ok(_)) => {}
             other => panic!("before the outage: {other:?}"),
         }
@@ -50,7 +50,7 @@ async fn a_member_cut_off_past_the_api_timeout_rejoins_after_the_outage() {
     tk.remove_fault(outage).await.unwrap();
     loop {
         match tokio::time::timeout(LIMIT, member.next_event()).await {
-            Ok(Ok(AssignmentEvent::Assigned(p))) if !p.is_empty() => break,
+            Ok(Ok(AssignmentEvent::Assigned { partitions: p, .. })) if !p.is_empty() => break,
             Ok(Ok(_)) => {}
             Ok(Err(e)) => panic!("the membership did not survive the outage: {e}"),
             Err(_) => panic!("no assignment within {LIMIT:?} after the outage"),

@@ -156,7 +156,9 @@ async fn a_txn_offset_commit_refused_as_unknown_member_ends_the_lease() {
     producer.init_transactions().await.unwrap();
     let mut a = GroupMember::start(shared.clone(), config("g")).unwrap();
     match a.next_event().await.unwrap() {
-        weir_group::member::AssignmentEvent::Assigned(p) => assert_eq!(p.len(), 2),
+        weir_group::member::AssignmentEvent::Assigned { partitions: p, .. } => {
+            assert_eq!(p.len(), 2)
+        }
         other => panic!("a's first event: {other:?}"),
     }
     producer.begin().unwrap();

@@ -786,7 +786,9 @@ impl Instance {
 
     fn handle(&mut self, event: AssignmentEvent) {
         match event {
-            AssignmentEvent::Assigned(added) => {
+            AssignmentEvent::Assigned {
+                partitions: added, ..
+            } => {
                 let mut b = self.shared.board();
                 for tp in added {
                     let tp = TopicPartition::new(tp.topic, tp.partition);

@@ -191,7 +191,7 @@ async fn a_member_that_lost_its_partitions_cannot_commit_output_or_offsets() {
     // 1. A joins through the membership actor and owns every partition.
     let mut a = GroupMember::start(client(&kit, "a-member").await, member_config()).unwrap();
     match a.next_event().await.unwrap() {
-        AssignmentEvent::Assigned(p) => {
+        AssignmentEvent::Assigned { partitions: p, .. } => {
             assert_eq!(p.into_iter().collect::<BTreeSet<_>>(), all_inputs())
         }
         other => panic!("A's first event: {other:?}"),
@@ -243,7 +243,7 @@ async fn a_member_that_lost_its_partitions_cannot_commit_output_or_offsets() {
     //    later generation.
     let mut b = GroupMember::start(client(&kit, "b-member").await, member_config()).unwrap();
     match b.next_event().await.unwrap() {
-        AssignmentEvent::Assigned(p) => {
+        AssignmentEvent::Assigned { partitions: p, .. } => {
             assert_eq!(p.into_iter().collect::<BTreeSet<_>>(), all_inputs())
         }
         other => panic!("B's first event: {other:?}"),
@@ -416,7 +416,7 @@ async fn a_member_that_left_after_max_poll_interval_cannot_commit_with_its_reset
     )
     .unwrap();
     match a.next_event().await.unwrap() {
-        AssignmentEvent::Assigned(p) => {
+        AssignmentEvent::Assigned { partitions: p, .. } => {
             assert_eq!(p.into_iter().collect::<BTreeSet<_>>(), all_inputs())
         }
         other => panic!("A's first event: {other:?}"),
@@ -446,7 +446,7 @@ async fn a_member_that_left_after_max_poll_interval_cannot_commit_with_its_reset
     // B joins the group A left and gets everything at once.
     let mut b = GroupMember::start(client(&kit, "b-member").await, member_config()).unwrap();
     match b.next_event().await.unwrap() {
-        AssignmentEvent::Assigned(p) => {
+        AssignmentEvent::Assigned { partitions: p, .. } => {
             assert_eq!(p.into_iter().collect::<BTreeSet<_>>(), all_inputs())
         }
         other => panic!("B's first event: {other:?}"),

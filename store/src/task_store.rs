@@ -578,6 +578,98 @@ impl TaskStore {
         tracing::debug!(dir = %self.inner.path.display(), discarded, "aborted staged writes");
     }
 
+    /// Empties store `store` and forgets the committed offset of
+    /// `partition`, its changelog, so that it is restored from the
+    /// changelog's start. For a store whose offset the changelog no longer
+    /// holds (the records from there were deleted): applying what is left
+    /// on top of the old contents would keep every key whose tombstone was
+    /// among the deleted records.
+    ///
+    /// Crash-safe: the restore marker is written (and the offset dropped)
+    /// first, so a crash in the middle leaves a store the next open empties.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::UnknownStore`], [`StoreError::StagedWritesPending`] if
+    /// the store has uncommitted writes, [`StoreError::RestoreInProgress`] if
+    /// a restorer of it is open, or fjall errors.
+    pub fn reset_store(&self, store: &str, partition: &ChangelogPartition) -> Result<()> {
+        let in_memory = {
+            let state = self.inner.state();
+            let entry = state.store(store)?;
+            if !entry.staged.is_empty() {
+                return Err(StoreError::StagedWritesPending(store.to_owned()));
+            }
+            if let Some(open) = state.restorers.get(store) {
+                return Err(StoreError::RestoreInProgress {
+                    store: store.to_owned(),
+                    partition: open.clone(),
+                    reason: "a store cannot be reset while a restorer of it is open",
+                });
+            }
+            entry.memory.is_some()
+        };
+        if !in_memory {
+            self.inner.write_meta_now(
+                &[(
+                    meta::restoring_key(store),
+                    meta::encode_restoring(partition),
+                )],
+                &[meta::offset_key(partition)],
+            )?;
+        }
+        {
+            let mut state = self.inner.state();
+            state.offsets.remove(partition);
+            state.restoring.insert(store.to_owned(), partition.clone());
+        }
+        self.empty_store(store)?;
+        if !in_memory {
+            self.inner
+                .write_meta_now(&[], &[meta::restoring_key(store)])?;
+        }
+        self.inner.state().restoring.remove(store);
+        tracing::warn!(
+            dir = %self.inner.path.display(),
+            store,
+            partition = %partition,
+            "store emptied and its offset dropped: it restores from the changelog's start"
+        );
+        Ok(())
+    }
+
+    /// Empties store `store`: its key-value keyspace, its window segments,
+    /// its in-memory contents and its stream time.
+    fn empty_store(&self, store: &str) -> Result<()> {
+        let (has_keyspace, segments, in_memory) = {
+            let mut state = self.inner.state();
+            let entry = state.store_mut(store)?;
+            entry.stream_time = None;
+            if let Some(memory) = entry.memory.as_mut() {
+                *memory = MemoryData::default();
+            }
+            (
+                entry.keyspace.is_some(),
+                std::mem::take(&mut entry.segments),
+                entry.memory.is_some(),
+            )
+        };
+        if has_keyspace {
+            self.inner.replace_with_empty_keyspace(store)?;
+        }
+        for ks in segments.into_values() {
+            self.inner.db.delete_keyspace(ks).map_err(
+                self.inner
+                    .engine_err("dropping a window segment to empty a store"),
+            )?;
+        }
+        if !in_memory {
+            self.inner
+                .write_meta_now(&[], &[meta::stream_time_key(store)])?;
+        }
+        Ok(())
+    }
+
     /// Closes the database and deletes it, keeping the (released) task directory.
     ///
     /// # Errors
@@ -748,9 +840,9 @@ impl TaskStore {
             // The offset was removed when the restore started, but a retry
             // in the same process (before this fix) or anything else may have
             // written it since: an offset never survives its marker.
-            if self.inner.state().store(name)?.keyspace.is_some() {
-                self.inner.replace_with_empty_keyspace(name)?;
-            }
+            // Window segments too: a reset (`reset_store`) marks any kind
+            // of store.
+            self.empty_store(name)?;
             let dropped: Vec<ChangelogPartition> = match partition {
                 Some(p) => vec![p.clone()],
                 // A marker of an older build does not say which partition it

@@ -559,3 +559,53 @@ fn a_second_restorer_of_a_store_is_refused_while_the_first_is_open() {
     assert_eq!(task.committed_offset(&tp), CommittedOffset::Known(1_000));
     assert_eq!(contents(&task, "kv"), model(&records));
 }
+
+/// `reset_store` (a restore met OFFSET_OUT_OF_RANGE): the store is empty and
+/// claims no offset, for a key-value and a window store alike, and stays so
+/// across a reopen; the other stores of the task keep theirs.
+#[test]
+fn a_reset_store_is_empty_and_claims_no_offset_after_a_reopen() {
+    let dir = tempfile::tempdir().unwrap();
+    let (kv_log, win_log, other_log) = (
+        ChangelogPartition::new("kv-changelog", 0),
+        ChangelogPartition::new("win-changelog", 0),
+        ChangelogPartition::new("other-changelog", 0),
+    );
+    {
+        let task = TaskStore::open(dir.path(), StoreOptions::default()).unwrap();
+        let kv = task.key_value_store("kv").unwrap();
+        let win = task
+            .window_store("win", Duration::from_secs(3600), Duration::from_secs(60))
+            .unwrap();
+        let other = task.key_value_store("other").unwrap();
+        kv.put(b"a", b"1").unwrap();
+        win.put(b"a", b"1", 1_000).unwrap();
+        other.put(b"b", b"2").unwrap();
+        task.commit(&[
+            (kv_log.clone(), 10),
+            (win_log.clone(), 20),
+            (other_log.clone(), 30),
+        ])
+        .unwrap();
+        task.reset_store("kv", &kv_log).unwrap();
+        task.reset_store("win", &win_log).unwrap();
+        assert_eq!(task.committed_offset(&kv_log), CommittedOffset::Unknown);
+        assert_eq!(task.committed_offset(&win_log), CommittedOffset::Unknown);
+        assert!(contents(&task, "kv").is_empty());
+        assert!(win.fetch(b"a", 0, i64::MAX).unwrap().is_empty());
+        task.close().unwrap();
+    }
+    let task = TaskStore::open(dir.path(), StoreOptions::default()).unwrap();
+    let win = task
+        .window_store("win", Duration::from_secs(3600), Duration::from_secs(60))
+        .unwrap();
+    assert_eq!(task.committed_offset(&kv_log), CommittedOffset::Unknown);
+    assert_eq!(task.committed_offset(&win_log), CommittedOffset::Unknown);
+    assert_eq!(
+        task.committed_offset(&other_log),
+        CommittedOffset::Known(30)
+    );
+    assert!(contents(&task, "kv").is_empty());
+    assert!(win.fetch(b"a", 0, i64::MAX).unwrap().is_empty());
+    assert_eq!(contents(&task, "other").len(), 1);
+}

@@ -67,6 +67,15 @@ pub(crate) struct StoreSlot {
     pub(crate) changelog: Option<ChangelogTarget>,
 }
 
+/// What a round of punctuation did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Punctuated {
+    /// At least one punctuator ran.
+    pub ran: bool,
+    /// At least one punctuator forwarded a record.
+    pub forwarded: bool,
+}
+
 /// A punctuator of one node.
 #[derive(Debug, Clone)]
 pub(crate) struct Schedule {
@@ -464,7 +473,9 @@ impl StreamTask {
         let result = self.run(source, typed);
         self.spare_metadata = self.core.current.take();
         result?;
+        // The record makes the task need a commit whatever its punctuators do.
         self.punctuate(PunctuationType::StreamTime, self.core.stream_time)
+            .map(|_| ())
     }
 
     /// Marks `offset` of `topic` as consumed without processing it (a record
@@ -474,19 +485,21 @@ impl StreamTask {
             .insert(topic.to_owned(), offset.saturating_add(1));
     }
 
-    /// Runs the wall-clock punctuators due at `now_ms`.
+    /// Runs the wall-clock punctuators due at `now_ms`, and says whether
+    /// any ran and whether any forwarded a record.
     ///
     /// # Errors
     ///
     /// A processor's error.
-    pub fn punctuate_wall_clock(&mut self, now_ms: i64) -> Result<(), StreamsError> {
+    pub fn punctuate_wall_clock(&mut self, now_ms: i64) -> Result<Punctuated, StreamsError> {
         self.core.wall_clock_ms = now_ms;
         self.punctuate(PunctuationType::WallClockTime, now_ms)
     }
 
-    fn punctuate(&mut self, kind: PunctuationType, now: i64) -> Result<(), StreamsError> {
+    fn punctuate(&mut self, kind: PunctuationType, now: i64) -> Result<Punctuated, StreamsError> {
+        let mut done = Punctuated::default();
         if now == i64::MIN {
-            return Ok(());
+            return Ok(done);
         }
         for i in 0..self.core.schedules.len() {
             let schedule = self.core.schedules[i].clone();
@@ -513,9 +526,11 @@ impl StreamTask {
             self.with_node(schedule.node, |node, env| {
                 node.punctuate(env, schedule.id, now, &mut out)
             })?;
+            done.ran = true;
+            done.forwarded |= !out.is_empty();
             self.forward(schedule.node, out)?;
         }
-        Ok(())
+        Ok(done)
     }
 
     /// Lets every processor forward what it held back, in topology order

@@ -186,7 +186,14 @@ struct Figures {
     /// The largest delay's partition, and when (ms from the deploy's start)
     /// its late output was seen.
     worst_at: (i32, i64),
+    /// The longest `close` of an instance in a rolling strategy: one that
+    /// took its whole handover budget (half of `close`'s 60 s) timed out
+    /// with tasks still waiting for a warmup.
+    longest_close_ms: i64,
 }
+
+/// A close that took this long ran out its handover budget.
+const HANDOVER_BUDGET_MS: i64 = 30_000;
 
 /// Every instance started in a run, with its ownership history (readable
 /// after close) and when it was killed, if it was.
@@ -196,8 +203,9 @@ struct Started {
     killed_at: Option<Instant>,
 }
 
-async fn run(shape: Shape, strategy: Strategy) -> Figures {
-    eprintln!("rolling deploy: {} {strategy:?}", shape.name);
+async fn run(shape: Shape, strategy: Strategy, guarantee: &str) -> Figures {
+    eprintln!("rolling deploy: {} {strategy:?} {guarantee}", shape.name);
+    let exactly_once = guarantee == "exactly_once_v2";
     let kit = testkit(1, shape.partitions).await;
     let base = Instant::now();
     let (standbys, threads, lag) = (
@@ -207,7 +215,7 @@ async fn run(shape: Shape, strategy: Strategy) -> Figures {
     );
     let warmups = shape.warmups.to_string();
     let props = [
-        ("processing.guarantee", "exactly_once_v2"),
+        ("processing.guarantee", guarantee),
         ("num.standby.replicas", standbys.as_str()),
         ("num.stream.threads", threads.as_str()),
         ("acceptable.recovery.lag", lag.as_str()),
@@ -366,17 +374,20 @@ async fn run(shape: Shape, strategy: Strategy) -> Figures {
         panic!("timed out waiting for {what}: (tasks, restoring, standbys) per instance {state:?}");
     }
 
+    let mut longest_close_ms = 0;
     match strategy {
         Strategy::RollingKeepState | Strategy::RollingEmptyState => {
             for i in 0..shape.instances {
                 let old = instances[i].take().unwrap();
                 // Sampled while it closes: the handover moves tasks then.
+                let close_began = ms(base);
                 let closing = tokio::spawn(old.close(Duration::from_secs(60)));
                 while !closing.is_finished() {
                     tokio::time::sleep(Duration::from_millis(50)).await;
                     watch.check(&instances);
                 }
                 closing.await.unwrap().unwrap();
+                longest_close_ms = longest_close_ms.max(ms(base) - close_began);
                 eprintln!(
                     "  {}: closed i{i} at +{} ms",
                     shape.name,
@@ -452,11 +463,20 @@ async fn run(shape: Shape, strategy: Strategy) -> Figures {
     tokio::time::sleep(Duration::from_secs(2)).await;
     reader.abort();
     let outputs = outputs.lock().unwrap().clone();
-    assert_eq!(
-        outputs.len() as u64,
-        total,
-        "{strategy:?}: every word counted exactly once"
-    );
+    if exactly_once {
+        assert_eq!(
+            outputs.len() as u64,
+            total,
+            "{strategy:?}: every word counted exactly once"
+        );
+    } else {
+        // At-least-once: work redone after a move may repeat outputs; the
+        // counts themselves (the stores) stay exact.
+        assert!(
+            outputs.len() as u64 >= total,
+            "{strategy:?}: every word counted"
+        );
+    }
     let last: BTreeMap<String, u64> = outputs.into_iter().collect();
     assert_eq!(last, expected, "{strategy:?}");
     for inst in instances.into_iter().flatten() {
@@ -493,6 +513,7 @@ async fn run(shape: Shape, strategy: Strategy) -> Figures {
         reassignments,
         holdings,
         worst_at,
+        longest_close_ms,
     }
 }
 
@@ -597,7 +618,7 @@ impl Watch {
 /// Runs `shape` under each strategy (`WEIR_DEPLOY_STRATEGY` picks one by
 /// name), `WEIR_DEPLOY_RUNS` times each (default 1), prints the table and
 /// asserts the reassignment bound.
-async fn measure(shape: Shape) {
+async fn measure(shape: Shape, guarantee: &str) {
     let runs: usize = std::env::var("WEIR_DEPLOY_RUNS")
         .ok()
         .and_then(|v| v.parse().ok())
@@ -609,7 +630,7 @@ async fn measure(shape: Shape) {
             continue;
         }
         for _ in 0..runs {
-            let f = run(shape, strategy).await;
+            let f = run(shape, strategy, guarantee).await;
             println!(
                 "{} {strategy:?}: reassignments per task {:?}; active holdings begun per task {:?}; worst delay on partition {} seen at +{} ms",
                 shape.name, f.reassignments, f.holdings, f.worst_at.0, f.worst_at.1
@@ -618,7 +639,7 @@ async fn measure(shape: Shape) {
         }
     }
     println!(
-        "\n{} shape: {} instances x {} threads, {} partitions, {} records/s, {} store(s), {} standby(s), {} warmups, acceptable lag {}, exactly-once (virtual time)",
+        "\n{} shape: {} instances x {} threads, {} partitions, {} records/s, {} store(s), {} standby(s), {} warmups, acceptable lag {}, {guarantee} (virtual time)",
         shape.name,
         shape.instances,
         shape.threads,
@@ -630,21 +651,32 @@ async fn measure(shape: Shape) {
         shape.acceptable_lag
     );
     println!(
-        "| strategy | max delay before (ms) | max per-task delay during (ms) | per task (ms) | deploy time (ms) | max reassignments per task |"
+        "| strategy | max delay before (ms) | max per-task delay during (ms) | per task (ms) | deploy time (ms) | max reassignments per task | longest close (ms) |"
     );
-    println!("|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|");
     for (s, f) in &rows {
         let worst = f.worst_per_task.values().copied().max().unwrap_or(0);
         let per: Vec<String> = f.worst_per_task.values().map(ToString::to_string).collect();
         println!(
-            "| {s:?} | {} | {worst} | {} | {} | {} |",
+            "| {s:?} | {} | {worst} | {} | {} | {} | {} |",
             f.steady,
             per.join(" "),
             f.deploy_ms,
-            f.reassignments.values().copied().max().unwrap_or(0)
+            f.reassignments.values().copied().max().unwrap_or(0),
+            f.longest_close_ms
         );
     }
     for (s, f) in &rows {
+        // A handover that ran out its budget left tasks to restore after
+        // the close; under at-least-once the standbys' lag was measured
+        // against changelog ends held open by the fences' transactions
+        // (review F6), so no standby ever looked caught up.
+        assert!(
+            f.longest_close_ms < HANDOVER_BUDGET_MS,
+            "{} {guarantee} {s:?}: a close took {} ms, its whole handover budget",
+            shape.name,
+            f.longest_close_ms
+        );
         for (task, n) in &f.reassignments {
             assert!(
                 *n <= MAX_REASSIGNMENTS,
@@ -658,12 +690,26 @@ async fn measure(shape: Shape) {
 
 #[tokio::test(start_paused = true)]
 async fn rolling_deploys_measured() {
-    measure(SMALL).await;
+    measure(SMALL, "exactly_once_v2").await;
+}
+
+/// The same under at-least-once (its 30 s commit interval: each stateful
+/// task's fence transaction stays open that long).
+#[tokio::test(start_paused = true)]
+async fn rolling_deploys_measured_at_least_once() {
+    measure(SMALL, "at_least_once").await;
 }
 
 /// The report's shape; minutes of run time, so not in CI.
 #[tokio::test(start_paused = true)]
 #[ignore = "the report's shape runs for minutes: run with --ignored"]
 async fn rolling_deploys_measured_report_shape() {
-    measure(REPORT).await;
+    measure(REPORT, "exactly_once_v2").await;
+}
+
+/// The report's shape under at-least-once; minutes of run time.
+#[tokio::test(start_paused = true)]
+#[ignore = "the report's shape runs for minutes: run with --ignored"]
+async fn rolling_deploys_measured_report_shape_at_least_once() {
+    measure(REPORT, "at_least_once").await;
 }

@@ -497,7 +497,7 @@ impl Membership {
             // can get it in the next round.
             self.revoke(revoked.clone()).await;
         }
-        {
+        let term = {
             let mut id = self.shared.lock();
             if id.generation != generation {
                 // The heartbeat task was told this member is out while the
@@ -506,9 +506,17 @@ impl Membership {
                 return Flow::Stable;
             }
             id.owned.extend(added.iter().cloned());
-        }
-        self.emit(AssignmentEvent::Assigned(added.into_iter().collect()))
-            .await;
+            id.lease_term
+        };
+        // The event's gate is of the lease this assignment was made under,
+        // read with the generation check: a loss after this point closes
+        // it, whatever the member joins next (review F2).
+        self.emit(AssignmentEvent::Assigned {
+            partitions: added.into_iter().collect(),
+            generation,
+            gate: Shared::gate_of_term(&self.shared, term),
+        })
+        .await;
         if !eager && !revoked.is_empty() {
             return Flow::Rejoin(Duration::ZERO);
         }

@@ -36,6 +36,7 @@ use std::sync::atomic::Ordering;
 
 use tokio::sync::{mpsc, oneshot};
 use weir_client::Cluster;
+use weir_client::producer::SendGate;
 use weir_client::transaction::TransactionalProducer;
 
 pub use self::config::MemberConfig;
@@ -54,7 +55,20 @@ pub enum AssignmentEvent {
     Revoked(Revocation),
     /// These partitions are now the member's (possibly none: the
     /// rebalance completed without adding any).
-    Assigned(Vec<TopicPartition>),
+    Assigned {
+        /// The partitions added.
+        partitions: Vec<TopicPartition>,
+        /// The generation they were assigned in (the member's generation
+        /// may have moved on by the time the event is read).
+        generation: i32,
+        /// The lease of this assignment as a [`SendGate`]: open while it
+        /// holds, closed for good once the member loses its generation
+        /// (expelled, self-fenced, left), even after it rejoins. A writer
+        /// that checks this gate (not a fresh [`Lease::gate`]) until the next
+        /// `Assigned` replaces it never writes for partitions it lost while
+        /// the `Lost` was still queued behind it.
+        gate: SendGate,
+    },
     /// The membership ended without a clean revoke (the generation was lost,
     /// the member fenced itself or was fenced): stop writing for these
     /// partitions at once and do not commit their offsets.
@@ -111,7 +125,7 @@ pub(crate) enum Command {
 /// let cluster = Cluster::connect(config).await.unwrap();
 /// let mut member = GroupMember::start(cluster, MemberConfig::new("g", ["orders"]))?;
 /// match member.next_event().await? {
-///     AssignmentEvent::Assigned(partitions) => println!("now own {partitions:?}"),
+///     AssignmentEvent::Assigned { partitions, .. } => println!("now own {partitions:?}"),
 ///     AssignmentEvent::Revoked(revocation) => revocation.ack(),
 ///     AssignmentEvent::Lost(partitions) => println!("lost {partitions:?}"),
 /// }
@@ -166,6 +180,20 @@ impl GroupMember {
                 group: self.shared.group_id.clone(),
             })
         })
+    }
+
+    /// The next assignment event if one is queued, without waiting (`None`
+    /// when none is). For an application stopping: what it lost while it
+    /// was not reading events must be handled before its last commit.
+    pub fn try_next_event(&mut self) -> Option<Result<AssignmentEvent>> {
+        self.record_poll();
+        match self.events.try_recv() {
+            Ok(event) => Some(event),
+            Err(mpsc::error::TryRecvError::Empty) => None,
+            Err(mpsc::error::TryRecvError::Disconnected) => Some(Err(GroupError::MemberStopped {
+                group: self.shared.group_id.clone(),
+            })),
+        }
     }
 
     /// Asks for a rebalance now, keeping what the member owns (Java's

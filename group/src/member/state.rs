@@ -321,6 +321,19 @@ impl Shared {
         out && self.end_generation(generation)
     }
 
+    /// A [`SendGate`] open while the lease is valid and still of `term`
+    /// (see [`Lease::gate`]).
+    pub(crate) fn gate_of_term(shared: &Arc<Shared>, term: u64) -> SendGate {
+        let shared = Arc::clone(shared);
+        SendGate::new(move || {
+            let id = shared.lock();
+            id.lease_term == term
+                && id
+                    .effective_lease_until(&shared.clock)
+                    .is_some_and(|until| Instant::now() < until)
+        })
+    }
+
     /// Ends the lease, forgets the generation and gives up every owned
     /// partition, in one step; returns what was owned.
     pub(crate) fn drop_ownership(&self) -> BTreeSet<TopicPartition> {
@@ -408,15 +421,8 @@ impl Lease {
     /// on the wire is not recalled: the self-fence margin must cover
     /// `request.timeout.ms`-bounded delivery of the last request.
     pub fn gate(&self) -> SendGate {
-        let shared = Arc::clone(&self.shared);
-        let term = shared.lock().lease_term;
-        SendGate::new(move || {
-            let id = shared.lock();
-            id.lease_term == term
-                && id
-                    .effective_lease_until(&shared.clock)
-                    .is_some_and(|until| Instant::now() < until)
-        })
+        let term = self.shared.lock().lease_term;
+        Shared::gate_of_term(&self.shared, term)
     }
 
     /// The generation the lease belongs to, if it is valid.

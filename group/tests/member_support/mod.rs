@@ -364,8 +364,8 @@ impl App {
                     event = member.next_event() => {
                         let at = Instant::now();
                         match event {
-                            Ok(AssignmentEvent::Assigned(partitions)) => journal.push(Entry::Assigned {
-                                at, who: who.clone(), partitions, generation: member.generation(),
+                            Ok(AssignmentEvent::Assigned { partitions, generation, .. }) => journal.push(Entry::Assigned {
+                                at, who: who.clone(), partitions, generation,
                             }),
                             Ok(AssignmentEvent::Revoked(r)) => {
                                 revoked.lock().unwrap().get_or_insert(at);

@@ -386,6 +386,15 @@ impl StreamsAssignor {
 
     /// End offset sum of every stateful task: the changelogs' end offsets,
     /// added up per partition.
+    ///
+    /// The ends are last stable offsets (read_committed), not high
+    /// watermarks: changelogs are written in transactions under both
+    /// guarantees, and a copy can only ever reach the LSO (its reader is
+    /// read_committed). Prevents (review F6): under at-least-once a task's
+    /// fence transaction stays open for a whole `commit.interval.ms`, so
+    /// against the high watermark every standby lagged by up to 30 s of
+    /// changelog writes, never counted as caught up; a draining instance
+    /// then kept its tasks until its handover budget ran out.
     async fn end_offset_sums(
         &self,
         cluster: &Cluster,
@@ -396,7 +405,7 @@ impl StreamsAssignor {
             let partitions: Vec<i32> = (0..sub.partitions).collect();
             for topic in &sub.changelogs {
                 let listed = admin
-                    .list_offsets(topic, &partitions, OffsetSpec::Latest, false)
+                    .list_offsets(topic, &partitions, OffsetSpec::Latest, true)
                     .await
                     .map_err(|e| GroupError::Client {
                         context: format!(

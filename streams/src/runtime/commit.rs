@@ -26,7 +26,9 @@
 
 use std::collections::BTreeMap;
 
+use weir_client::Lane;
 use weir_client::consumer::TopicPartition;
+use weir_client::group_offsets::{Stability, by_partition, fetch_committed_once};
 use weir_client::producer::{DeliveryGroup, Producer};
 use weir_client::transaction::{GroupMetadata, TransactionalProducer};
 use weir_store::{ChangelogPartition, TaskStore};
@@ -46,6 +48,34 @@ pub(crate) struct Active {
     pub(crate) changelog: DeliveryGroup,
     /// Something was processed since the last commit.
     pub(crate) dirty: bool,
+}
+
+impl Active {
+    /// The one rule for punctuation: a wall-clock punctuation that forwarded
+    /// records or wrote to a store makes its task need a commit, under both
+    /// guarantees (Kafka Streams' `commitNeeded`). Call it right after the
+    /// punctuation, before its changelog records are taken.
+    ///
+    /// It prevents (review F1): under exactly-once, a punctuator's outputs
+    /// on an idle input left in the worker's open transaction, which pins
+    /// the LSO of every partition it wrote until the coordinator aborts it
+    /// at `transaction.timeout.ms`, losing them; under at-least-once, a
+    /// punctuator's staged writes to an unlogged store dropped when the
+    /// task closes, since a clean task's close commits nothing.
+    pub(crate) fn punctuated(&mut self, done: crate::task::Punctuated) {
+        if !done.ran {
+            return;
+        }
+        if done.forwarded
+            || self.task.has_changelog()
+            || self
+                .store
+                .as_ref()
+                .is_some_and(TaskStore::has_staged_writes)
+        {
+            self.dirty = true;
+        }
+    }
 }
 
 /// How a worker writes.
@@ -161,6 +191,42 @@ async fn commit_store(
     Ok(())
 }
 
+/// The connection lane of what a task asks the group coordinator outside a
+/// transaction: the stable offsets it starts from, and the at-least-once
+/// offset commit of stateless tasks.
+///
+/// Not [`Lane::Coordinator`]: the member's JoinGroup waits there, parked by
+/// the coordinator until every member has rejoined, and a broker answers one
+/// request per connection at a time. A task assigned just before a rebalance
+/// waited for that whole join phase to fetch its offsets (review F3), up to
+/// a crashed member's session timeout. `Lane::Transaction` carries the
+/// transactional offset commits already, for the same reason.
+pub(crate) const TASK_OFFSETS_LANE: Lane = Lane::Transaction;
+
+/// The committed offsets a task starts from, stable ones only: while a
+/// transaction holding offsets for these partitions is open, this waits
+/// (retrying `UNSTABLE_OFFSET_COMMIT`) for it to end. Partitions without a
+/// committed offset are absent.
+pub(crate) async fn fetch_stable_offsets(
+    rt: &Runtime,
+    partitions: &[TopicPartition],
+) -> weir_client::Result<BTreeMap<TopicPartition, i64>> {
+    let cluster = &rt.cluster;
+    cluster
+        .retry("OffsetFetch(require_stable)", || async {
+            fetch_committed_once(
+                cluster,
+                rt.app(),
+                Some(partitions),
+                Stability::Required,
+                TASK_OFFSETS_LANE,
+            )
+            .await
+        })
+        .await
+        .map(by_partition)
+}
+
 /// At-least-once: outputs acknowledged, then each stateful task's fenced
 /// transaction (changelog + input offsets), then its store.
 pub(crate) async fn commit_alos(
@@ -224,7 +290,7 @@ pub(crate) async fn commit_alos(
             ));
         };
         let meta = weir_group::member::GroupMetadata::from(meta);
-        weir_group::offsets::commit(&rt.cluster, &meta, &unfenced)
+        weir_group::offsets::commit_on(&rt.cluster, &meta, &unfenced, TASK_OFFSETS_LANE)
             .await
             .map_err(|e| StreamsError::group("committing offsets", e))?;
     }

@@ -101,6 +101,7 @@ pub(crate) async fn bootstrap(
                 &spec.topic,
                 p,
                 Purpose::Active,
+                None,
             )
             .await?;
             stores.push(kv);
@@ -150,6 +151,7 @@ impl GlobalStores {
                         topic,
                         *p,
                         Purpose::Standby,
+                        None,
                     )
                     .await
                     {

@@ -431,17 +431,22 @@ pub(crate) async fn run(
         }
         tokio::select! {
             event = member.next_event(), if live => match event {
-                Ok(AssignmentEvent::Assigned(partitions)) => {
+                Ok(AssignmentEvent::Assigned { partitions, generation, gate }) => {
                     instance.assigned_once = true;
                     let mut active: BTreeSet<TaskId> = instance.placement.keys().copied().collect();
                     active.extend(tasks_of(&rt, &partitions).into_keys());
-                    instance.reconcile_standbys(&active, member.generation()).await;
-                    instance.assign(&partitions, member.generation());
+                    instance.reconcile_standbys(&active, generation).await;
+                    // The event's own generation and lease, not the member's
+                    // now: it may have lost and rejoined while this event
+                    // waited, and the `Lost` behind it is not handled yet
+                    // (review F2). Confirmed before the new tasks are given
+                    // to the workers, which write only through this gate.
+                    rt.confirm(generation, gate);
+                    instance.assign(&partitions, generation);
                     instance.note_withheld();
-                    rt.confirmed_generation.store(member.generation(), std::sync::atomic::Ordering::Release);
                     instance.refresh_state();
                     if let Some((_, since)) = instance.draining
-                        && member.generation() > since
+                        && generation > since
                     {
                         // The first assignment of the draining rejoin: what
                         // moved was revoked (committed, closed) before it.
@@ -558,6 +563,32 @@ pub(crate) async fn run(
         }
     };
     instance.set_state(State::PendingShutdown);
+    // What the member lost while the instance was not reading its events
+    // (a stuck worker, a handover that timed out) is closed before the
+    // shutdown commits everything left: those tasks' work is another
+    // member's now (review F2). The workers' gate refuses that commit
+    // anyway; this closes the tasks as lost rather than failing it.
+    while let Some(event) = member.try_next_event() {
+        match event {
+            Ok(AssignmentEvent::Lost(partitions)) => {
+                tracing::warn!(application_id = %rt.app(), partitions = partitions.len(), "partitions lost before the shutdown: closing their tasks without committing");
+                let tasks = tasks_of(&rt, &partitions).into_keys().collect();
+                instance
+                    .each_worker(tasks, WorkerCommand::Lose, member.generation())
+                    .await;
+            }
+            Ok(AssignmentEvent::Revoked(revocation)) => {
+                let tasks = tasks_of(&rt, &revocation.partitions).into_keys().collect();
+                instance
+                    .each_worker(tasks, WorkerCommand::Revoke, member.generation())
+                    .await;
+                revocation.ack();
+            }
+            // Nothing new starts on an instance that stops.
+            Ok(AssignmentEvent::Assigned { .. }) => {}
+            Err(_) => break,
+        }
+    }
     instance.stop_standbys(member.generation()).await;
     instance.shutdown_workers(member.generation()).await;
     lags.abort();

@@ -108,6 +108,21 @@ fn publish(map: &Published, task: TaskId, store: Option<&weir_store::TaskStore>)
     }
 }
 
+/// The assignment the instance has handled last: its generation and the
+/// gate of the lease it was made under. Where guarantee 1 meets the event
+/// queue (review F2): the member may lose its partitions and rejoin while
+/// its `Lost` waits in the queue behind this assignment (the instance busy
+/// stopping a standby, or not reading events while a worker is stuck). Its
+/// new lease is valid, but it is not this gate's: a worker writes and
+/// commits only while this gate is open, so it writes nothing more for the
+/// tasks it lost until the instance has closed them and handled the next
+/// assignment. A worker also revives suspended tasks, and commits on its
+/// interval, only under this generation.
+pub(crate) struct Confirmed {
+    pub(crate) generation: i32,
+    pub(crate) gate: Option<weir_client::producer::SendGate>,
+}
+
 /// What every worker of an instance shares.
 pub(crate) struct Runtime {
     pub(crate) config: StreamsConfig,
@@ -139,10 +154,8 @@ pub(crate) struct Runtime {
     /// When each worker last went round its loop (ms since the start): the
     /// instance stops polling the group while one is stuck (G6).
     pub(crate) progress: Vec<AtomicU64>,
-    /// The generation whose assignment the instance has handled last: a
-    /// worker revives suspended tasks only under it, never under a
-    /// generation the member joined before the instance saw what it lost.
-    pub(crate) confirmed_generation: std::sync::atomic::AtomicI32,
+    /// The assignment the instance has handled last; see [`Confirmed`].
+    pub(crate) confirmed: Mutex<Confirmed>,
     /// Offset sums of the tasks whose state is in the state directory, for
     /// the streams assignor's lags (updated at every store commit).
     pub(crate) offset_sums: Arc<Mutex<BTreeMap<TaskId, i64>>>,
@@ -185,6 +198,36 @@ impl Runtime {
         store: Option<&weir_store::TaskStore>,
     ) {
         publish(&self.standby_queryable, task, store);
+    }
+
+    /// Records that the instance has handled the assignment of
+    /// `generation`, made under the lease `gate` is of.
+    pub(crate) fn confirm(&self, generation: i32, gate: weir_client::producer::SendGate) {
+        *self
+            .confirmed
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Confirmed {
+            generation,
+            gate: Some(gate),
+        };
+    }
+
+    /// The generation of the assignment the instance handled last.
+    pub(crate) fn confirmed_generation(&self) -> i32 {
+        self.confirmed
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .generation
+    }
+
+    /// The gate every write and commit of a worker goes through: that of
+    /// the assignment the instance handled last (`None` before the first).
+    pub(crate) fn write_gate(&self) -> Option<weir_client::producer::SendGate> {
+        self.confirmed
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .gate
+            .clone()
     }
 
     /// Records that worker `index` went round its loop.
@@ -509,7 +552,10 @@ impl KafkaStreams {
             assignor: streams_assignor,
             standbys: Mutex::new(std::collections::BTreeSet::new()),
             progress: (0..config_threads).map(|_| AtomicU64::new(0)).collect(),
-            confirmed_generation: std::sync::atomic::AtomicI32::new(-1),
+            confirmed: Mutex::new(Confirmed {
+                generation: -1,
+                gate: None,
+            }),
             queryable: Mutex::new(BTreeMap::new()),
             standby_queryable: Mutex::new(BTreeMap::new()),
             board: Arc::new(board::TaskBoard::new(

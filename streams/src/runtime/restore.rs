@@ -10,9 +10,11 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
+use weir_client::Lane;
 use weir_client::admin::{Admin, OffsetSpec};
-use weir_client::config::consumer::IsolationLevel;
+use weir_client::config::consumer::{AutoOffsetReset, IsolationLevel};
 use weir_client::consumer::{Consumer, SeekTo, TopicPartition};
+use weir_client::group_offsets::{Stability, by_partition, fetch_committed_once};
 use weir_client::transaction::{TransactionConfig, TransactionalProducer};
 use weir_store::{ChangelogPartition, ChangelogRecord, CommittedOffset, StoreError, TaskStore};
 
@@ -226,7 +228,14 @@ pub(crate) async fn catch_up(
             },
             ..rt.restore_env()
         };
-        let end = restore_store(&env, task, store, &spec.name, &topic, partition, purpose).await?;
+        let limit = match spec.source_topic {
+            Some(_) => Some(source_limit(&env, rt.app(), &topic, partition, purpose).await?),
+            None => None,
+        };
+        let end = restore_store(
+            &env, task, store, &spec.name, &topic, partition, purpose, limit,
+        )
+        .await?;
         let committed = match store.committed_offset(&ChangelogPartition::new(&topic, partition)) {
             CommittedOffset::Known(o) => o,
             CommittedOffset::Unknown => 0,
@@ -234,6 +243,47 @@ pub(crate) async fn catch_up(
         lag = lag.saturating_add(u64::try_from(end.saturating_sub(committed)).unwrap_or(0));
     }
     Ok(lag)
+}
+
+/// How far a source table (a store whose changelog is its task's input
+/// topic) may be restored: to the task's committed offset of that topic,
+/// or 0 when it has none (processing then starts at the topic's beginning
+/// and builds the table itself), never beyond. So the task processes its
+/// inputs against the table as it stood at their position, as Kafka
+/// Streams restores (and keeps standbys) at `min(end, committed)`.
+///
+/// Prevents (review F4): a table restored to the topic's end after a
+/// failover, so that a stream-table join over the records after the last
+/// commit used table values from the future, a result no failure-free run
+/// can give. An active restore reads the stable offset, the one processing
+/// starts from; a standby the last committed one.
+async fn source_limit(
+    env: &RestoreEnv<'_>,
+    app: &str,
+    topic: &str,
+    partition: i32,
+    purpose: Purpose,
+) -> Result<i64> {
+    let tp = TopicPartition::new(topic, partition);
+    let stability = match purpose {
+        Purpose::Active => Stability::Required,
+        Purpose::Standby => Stability::Any,
+    };
+    let cluster = env.cluster;
+    let offsets = cluster
+        .retry("OffsetFetch for a source table", || async {
+            fetch_committed_once(
+                cluster,
+                app,
+                Some(std::slice::from_ref(&tp)),
+                stability,
+                Lane::Coordinator,
+            )
+            .await
+        })
+        .await
+        .map_err(|e| StreamsError::client(format!("committed offset of {topic}-{partition}"), e))?;
+    Ok(by_partition(offsets).get(&tp).copied().unwrap_or(0))
 }
 
 /// Opens task `task`'s stores, takes its fence, and restores each logged
@@ -261,8 +311,9 @@ pub(crate) async fn prepare(rt: Arc<Runtime>, task: TaskId) -> Result<Prepared> 
 }
 
 /// Restores store `name` of `store` from partition `partition` of `topic`
-/// up to its current end, from the offset the store committed; `task`
-/// labels the logs and errors.
+/// up to its current end (or `limit`, if lower), from the offset the store
+/// committed; `task` labels the logs and errors.
+#[allow(clippy::too_many_arguments)]
 pub(crate) async fn restore_store<L: std::fmt::Display + Copy + Send + Sync + 'static>(
     rt: &RestoreEnv<'_>,
     task: L,
@@ -271,6 +322,7 @@ pub(crate) async fn restore_store<L: std::fmt::Display + Copy + Send + Sync + 's
     topic: &str,
     partition: i32,
     purpose: Purpose,
+    limit: Option<i64>,
 ) -> Result<i64> {
     let admin = Admin::new(rt.cluster.clone());
     // The end is the high watermark (read_uncommitted, as Kafka's
@@ -282,140 +334,200 @@ pub(crate) async fn restore_store<L: std::fmt::Display + Copy + Send + Sync + 's
         .first()
         .map(|o| o.offset)
         .unwrap_or(0);
+    let end = limit.map_or(end, |l| end.min(l));
     let cp = ChangelogPartition::new(topic, partition);
-    let start = store.committed_offset(&cp);
-    let left = |position: i64| u64::try_from(end.saturating_sub(position)).unwrap_or(0);
-    let step = |applied: u64, position: i64| {
-        if let Some((board, id)) = rt.track {
-            board.changelog_step(id, name, applied, left(position));
-        }
-    };
-    if let CommittedOffset::Known(o) = start
-        && o >= end
-    {
-        step(0, o);
-        tracing::debug!(task = %task, store = name, offset = o, end, "store is up to date");
-        return Ok(end);
-    }
-    let mut options = rt.consumer.clone();
-    options.isolation_level = IsolationLevel::ReadCommitted;
-    if purpose == Purpose::Active {
-        // Every restore and standby of the instance fetches over the same
-        // restore connection, which a broker serves one request at a time:
-        // a long poll there (a standby's, or the prefetch a finished
-        // store's consumer leaves behind) holds the next restore's fetch
-        // for up to fetch.max.wait.ms. The task is unavailable until its
-        // restore ends, so its own fetches stay short (issue 15).
-        options.fetch_max_wait = options.fetch_max_wait.min(ACTIVE_RESTORE_FETCH_WAIT);
-    }
-    let mut consumer = Consumer::with_cluster(rt.cluster.clone(), options);
-    let tp = TopicPartition::new(topic, partition);
-    consumer.assign([tp.clone()]);
-    let seek = match start {
-        CommittedOffset::Known(o) => SeekTo::Offset(o),
-        CommittedOffset::Unknown => SeekTo::Earliest,
-    };
-    consumer
-        .seek(&tp, seek)
-        .map_err(|e| StreamsError::client(format!("task {task}: seek {topic}"), e))?;
-    let s = store.clone();
-    let (n, cp2) = (name.to_owned(), cp.clone());
-    let mut restorer = blocking(task, move || s.restorer(&n, cp2, end)).await?;
-    let active = purpose == Purpose::Active;
-    // Counted while it runs, also when the restore is cancelled (its task
-    // revoked or lost mid-restore): a count left behind kept the instance
-    // REBALANCING for good.
-    let _restoring = active.then(|| RestoringCount::start(&rt.counters.restoring));
-    if active {
-        tracing::info!(task = %task, store = name, from = ?start, end, path = ?restorer.path(), "restoring");
-    } else {
-        tracing::debug!(task = %task, store = name, from = ?start, end, "standby catching up");
-    }
-    let began = tokio::time::Instant::now();
-    let mut last_report = began;
-    let mut restored = 0u64;
-    let outcome: Result<i64> = async {
-        loop {
-            let position = consumer
-                .position(&tp)
-                .await
-                .map_err(|e| StreamsError::client(format!("task {task}: restore position"), e))?;
-            step(0, position);
-            if position >= end {
-                break;
+    let mut wiped = false;
+    loop {
+        let start = store.committed_offset(&cp);
+        let left = |position: i64| u64::try_from(end.saturating_sub(position)).unwrap_or(0);
+        let step = |applied: u64, position: i64| {
+            if let Some((board, id)) = rt.track {
+                board.changelog_step(id, name, applied, left(position));
             }
-            // Back as soon as the position moved: a tail of aborted
-            // records and markers (an owner's transaction aborted at a
-            // rebalance) delivers nothing, and a plain 500 ms poll waited
-            // it out once per store (issue 15: 1.5 s of a 2 s handover for
-            // three stores).
-            let records = consumer
-                .poll_for_progress(Duration::from_millis(500))
-                .await
-                .map_err(|e| StreamsError::client(format!("task {task}: restoring {topic}"), e))?;
-            if records.is_empty() {
-                continue;
-            }
-            let count = records.len() as u64;
-            let r = restorer;
-            restorer = tokio::task::spawn_blocking(move || {
-                let mut r = r;
-                let batch: Vec<ChangelogRecord<'_>> = records
-                    .iter()
-                    .filter(|rec| rec.offset < end)
-                    .map(|rec| ChangelogRecord {
-                        offset: rec.offset,
-                        key: rec.key.as_deref().unwrap_or_default(),
-                        value: rec.value.as_deref(),
-                    })
-                    .collect();
-                r.apply(&batch).map(|()| r)
-            })
-            .await
-            .map_err(|e| StreamsError::NotRunning(format!("task {task}: restore job: {e}")))?
-            .map_err(store_err(task))?;
-            let counter = if active {
-                &rt.counters.restored
-            } else {
-                &rt.counters.standby_records
-            };
-            counter.fetch_add(count, Ordering::Relaxed);
-            restored += count;
-            let p = restorer.progress();
-            let reached = p.next_offset.unwrap_or(position);
-            step(count, reached);
-            if last_report.elapsed() >= PROGRESS_EVERY {
-                let secs = began.elapsed().as_secs_f64();
-                let rate = if secs > 0.0 { restored as f64 / secs } else { 0.0 };
-                let remaining = left(reached);
-                if active {
-                    tracing::info!(task = %task, store = name, records = restored, remaining, records_per_sec = rate, bytes = p.bytes, offset = ?p.next_offset, end, "restore progress");
-                } else {
-                    tracing::debug!(task = %task, store = name, records = restored, remaining, records_per_sec = rate, end, "standby catch-up progress");
-                }
-                last_report = tokio::time::Instant::now();
-            }
+        };
+        if let CommittedOffset::Known(o) = start
+            && limit.is_some_and(|l| o > l)
+            && !wiped
+        {
+            // A source table ahead of its task's committed offset (restored
+            // to the topic's end by an older version): its contents are
+            // from beyond the task's position (review F4), so it restores
+            // again from the start, up to the limit.
+            tracing::warn!(task = %task, store = name, offset = o, limit, "the source table is ahead of its task's committed offset: wiping it and restoring it from the start");
+            let (s, n, cp) = (store.clone(), name.to_owned(), cp.clone());
+            blocking(task, move || s.reset_store(&n, &cp)).await?;
+            wiped = true;
+            continue;
         }
-        let progress = blocking(task, move || restorer.finish()).await?;
-        // The store equals the changelog up to `end` (the high watermark):
-        // what lies between its last record and `end` is transaction markers
-        // and aborted records, which read_committed skips. Committing `end`
-        // lets the next catch-up (a standby's, every 500 ms) stop at the
-        // up-to-date check instead of a new consumer re-reading the markers.
-        if !matches!(store.committed_offset(&cp), CommittedOffset::Known(o) if o >= end) {
-            let (s, cp) = (store.clone(), cp.clone());
-            blocking(task, move || s.commit(&[(cp, end)])).await?;
+        if let CommittedOffset::Known(o) = start
+            && o >= end
+        {
+            step(0, o);
+            tracing::debug!(task = %task, store = name, offset = o, end, "store is up to date");
+            return Ok(end);
         }
-        step(0, end);
+        let mut options = rt.consumer.clone();
+        options.isolation_level = IsolationLevel::ReadCommitted;
+        // A committed offset the changelog no longer holds is an error here,
+        // not a silent reset to its start (see below).
+        options.auto_offset_reset = match start {
+            CommittedOffset::Known(_) => AutoOffsetReset::None,
+            CommittedOffset::Unknown => AutoOffsetReset::Earliest,
+        };
+        if purpose == Purpose::Active {
+            // Every restore and standby of the instance fetches over the same
+            // restore connection, which a broker serves one request at a time:
+            // a long poll there (a standby's, or the prefetch a finished
+            // store's consumer leaves behind) holds the next restore's fetch
+            // for up to fetch.max.wait.ms. The task is unavailable until its
+            // restore ends, so its own fetches stay short (issue 15).
+            options.fetch_max_wait = options.fetch_max_wait.min(ACTIVE_RESTORE_FETCH_WAIT);
+        }
+        let mut consumer = Consumer::with_cluster(rt.cluster.clone(), options);
+        let tp = TopicPartition::new(topic, partition);
+        consumer.assign([tp.clone()]);
+        let seek = match start {
+            CommittedOffset::Known(o) => SeekTo::Offset(o),
+            CommittedOffset::Unknown => SeekTo::Earliest,
+        };
+        consumer
+            .seek(&tp, seek)
+            .map_err(|e| StreamsError::client(format!("task {task}: seek {topic}"), e))?;
+        let s = store.clone();
+        let (n, cp2) = (name.to_owned(), cp.clone());
+        let mut restorer = blocking(task, move || s.restorer(&n, cp2, end)).await?;
+        let active = purpose == Purpose::Active;
+        // Counted while it runs, also when the restore is cancelled (its task
+        // revoked or lost mid-restore): a count left behind kept the instance
+        // REBALANCING for good.
+        let _restoring = active.then(|| RestoringCount::start(&rt.counters.restoring));
         if active {
-            tracing::info!(task = %task, store = name, records = progress.records, bytes = progress.bytes, end, "restored");
+            tracing::info!(task = %task, store = name, from = ?start, end, path = ?restorer.path(), "restoring");
         } else {
-            tracing::debug!(task = %task, store = name, records = progress.records, end, "standby caught up");
+            tracing::debug!(task = %task, store = name, from = ?start, end, "standby catching up");
         }
-        Ok(end)
+        let began = tokio::time::Instant::now();
+        let mut last_report = began;
+        let mut restored = 0u64;
+        let outcome: Result<Restored> = async {
+            loop {
+                let position = consumer
+                    .position(&tp)
+                    .await
+                    .map_err(|e| StreamsError::client(format!("task {task}: restore position"), e))?;
+                step(0, position);
+                if position >= end {
+                    break;
+                }
+                // Back as soon as the position moved: a tail of aborted
+                // records and markers (an owner's transaction aborted at a
+                // rebalance) delivers nothing, and a plain 500 ms poll waited
+                // it out once per store (issue 15: 1.5 s of a 2 s handover for
+                // three stores).
+                let records = match consumer.poll_for_progress(Duration::from_millis(500)).await {
+                    Ok(records) => records,
+                    Err(weir_client::ClientError::OffsetOutOfRange { offset, .. }) => {
+                        return Ok(Restored::OutOfRange(offset));
+                    }
+                    Err(e) => {
+                        return Err(StreamsError::client(
+                            format!("task {task}: restoring {topic}"),
+                            e,
+                        ));
+                    }
+                };
+                if records.is_empty() {
+                    continue;
+                }
+                let count = records.len() as u64;
+                let r = restorer;
+                restorer = tokio::task::spawn_blocking(move || {
+                    let mut r = r;
+                    let batch: Vec<ChangelogRecord<'_>> = records
+                        .iter()
+                        .filter(|rec| rec.offset < end)
+                        .map(|rec| ChangelogRecord {
+                            offset: rec.offset,
+                            key: rec.key.as_deref().unwrap_or_default(),
+                            value: rec.value.as_deref(),
+                        })
+                        .collect();
+                    r.apply(&batch).map(|()| r)
+                })
+                .await
+                .map_err(|e| StreamsError::NotRunning(format!("task {task}: restore job: {e}")))?
+                .map_err(store_err(task))?;
+                let counter = if active {
+                    &rt.counters.restored
+                } else {
+                    &rt.counters.standby_records
+                };
+                counter.fetch_add(count, Ordering::Relaxed);
+                restored += count;
+                let p = restorer.progress();
+                let reached = p.next_offset.unwrap_or(position);
+                step(count, reached);
+                if last_report.elapsed() >= PROGRESS_EVERY {
+                    let secs = began.elapsed().as_secs_f64();
+                    let rate = if secs > 0.0 { restored as f64 / secs } else { 0.0 };
+                    let remaining = left(reached);
+                    if active {
+                        tracing::info!(task = %task, store = name, records = restored, remaining, records_per_sec = rate, bytes = p.bytes, offset = ?p.next_offset, end, "restore progress");
+                    } else {
+                        tracing::debug!(task = %task, store = name, records = restored, remaining, records_per_sec = rate, end, "standby catch-up progress");
+                    }
+                    last_report = tokio::time::Instant::now();
+                }
+            }
+            let progress = blocking(task, move || restorer.finish()).await?;
+            // The store equals the changelog up to `end` (the high watermark):
+            // what lies between its last record and `end` is transaction markers
+            // and aborted records, which read_committed skips. Committing `end`
+            // lets the next catch-up (a standby's, every 500 ms) stop at the
+            // up-to-date check instead of a new consumer re-reading the markers.
+            if !matches!(store.committed_offset(&cp), CommittedOffset::Known(o) if o >= end) {
+                let (s, cp) = (store.clone(), cp.clone());
+                blocking(task, move || s.commit(&[(cp, end)])).await?;
+            }
+            step(0, end);
+            if active {
+                tracing::info!(task = %task, store = name, records = progress.records, bytes = progress.bytes, end, "restored");
+            } else {
+                tracing::debug!(task = %task, store = name, records = progress.records, end, "standby caught up");
+            }
+            Ok(Restored::To(end))
+        }
+        .await;
+        match outcome? {
+            Restored::To(end) => return Ok(end),
+            // Prevents (review F7): the records from the store's offset on were
+            // deleted (DeleteRecords, `delete` retention), tombstones among
+            // them. Restored from the changelog's start on top of its old
+            // contents, the store would keep every key they deleted. It is
+            // emptied and restored from the start instead: the one wipe of a
+            // store. From the start no offset can be out of range, so this
+            // happens at most once per restore.
+            Restored::OutOfRange(offset) if !wiped => {
+                tracing::warn!(task = %task, store = name, topic, partition, offset, "the changelog no longer holds the store's offset: wiping the store and restoring it from the start");
+                let (s, n, cp) = (store.clone(), name.to_owned(), cp.clone());
+                blocking(task, move || s.reset_store(&n, &cp)).await?;
+                wiped = true;
+            }
+            Restored::OutOfRange(offset) => {
+                return Err(StreamsError::NotRunning(format!(
+                    "task {task}: offset {offset} of {topic}-{partition} out of range after restoring from the start"
+                )));
+            }
+        }
     }
-    .await;
-    outcome
+}
+
+/// How one pass of a restore ended.
+enum Restored {
+    /// The store is restored to this end.
+    To(i64),
+    /// The changelog no longer holds this offset, the store's.
+    OutOfRange(i64),
 }
 
 /// The longest an active restore's Fetch waits at the broker for data.

@@ -11,8 +11,8 @@ use tokio::time::Instant;
 use tracing::Instrument;
 use weir_client::config::consumer::IsolationLevel;
 use weir_client::consumer::{Consumer, ConsumerRecord, SeekTo, TopicPartition};
-use weir_client::producer::{DeliveryGroup, Producer, ProducerRecord, SendGate};
-use weir_client::transaction::{TransactionConfig, TransactionalProducer, fetch_stable_offsets};
+use weir_client::producer::{DeliveryGroup, Producer, ProducerRecord};
+use weir_client::transaction::{TransactionConfig, TransactionalProducer};
 use weir_group::assignor::TopicPartition as GroupPartition;
 use weir_group::member::NoPermit;
 
@@ -78,10 +78,6 @@ pub(crate) struct Worker {
     /// Records whose processing failed under `processing.exception.handler
     /// = skip`: passed over when the restarted tasks fetch them again.
     skip: BTreeSet<(String, i32, i64)>,
-    /// The lease's [`SendGate`] for at-least-once writes through the
-    /// worker's plain producer, kept while it is open so that the records
-    /// of one lease share batches.
-    output_gate: Option<SendGate>,
 }
 
 impl Drop for Worker {
@@ -185,7 +181,6 @@ impl Worker {
             unsent: Vec::new(),
             last_commit: Instant::now(),
             skip: BTreeSet::new(),
-            output_gate: None,
         })
     }
 
@@ -225,12 +220,15 @@ impl Worker {
     }
 
     /// The zombie guard: a worker writes (sends, commits) only while the
-    /// member's lease is valid, i.e. while the coordinator cannot yet have
-    /// given its partitions to another member. It is a deadline read
-    /// synchronously, so it holds even before the membership task has
-    /// delivered `Lost`.
+    /// lease of the assignment the instance handled last is valid, i.e.
+    /// while the coordinator cannot yet have given its partitions to
+    /// another member. It is a deadline read synchronously, so it holds
+    /// even before the membership task has delivered `Lost`; and a lease the
+    /// member got by rejoining after a loss is not that lease, so it holds
+    /// while the `Lost` waits in the queue too (review F2; see
+    /// [`Confirmed`](super::Confirmed)).
     fn writable(&self) -> bool {
-        self.rt.lease.is_valid()
+        self.rt.write_gate().is_some_and(|g| g.is_open())
     }
 
     /// Whether the lease's generation is one whose assignment the instance
@@ -238,24 +236,7 @@ impl Worker {
     /// not polling may hold a new lease before the instance has closed the
     /// tasks it lost, and those must not start again.
     fn confirmed(&self) -> bool {
-        self.rt.lease.valid_generation()
-            == Some(self.rt.confirmed_generation.load(Ordering::Acquire))
-    }
-
-    /// The gate at-least-once writes carry (review M4): `writable` is
-    /// checked when a record is handed to the producer, the gate right
-    /// before each send of its batch, so linger and retries cannot carry
-    /// a record past the lease. A fresh gate once the last one closed (a
-    /// later lease never reopens an old gate).
-    fn output_gate(&mut self) -> SendGate {
-        match &self.output_gate {
-            Some(g) if g.is_open() => g.clone(),
-            _ => {
-                let g = self.rt.lease.gate();
-                self.output_gate = Some(g.clone());
-                g
-            }
-        }
+        self.rt.lease.valid_generation() == Some(self.rt.confirmed_generation())
     }
 
     pub(crate) async fn run(self, commands: mpsc::UnboundedReceiver<WorkerCommand>) {
@@ -280,7 +261,7 @@ impl Worker {
             tokio::select! {
                 biased;
                 command = commands.recv() => match command {
-                    Some(WorkerCommand::Add(tasks)) => self.add(tasks),
+                    Some(WorkerCommand::Add(tasks)) => self.add(tasks).await,
                     Some(WorkerCommand::Revoke(tasks, done)) => {
                         self.revoke(&tasks).await;
                         let _ = done.send(());
@@ -362,7 +343,7 @@ impl Worker {
                 }
                 if let Some(parts) = self.owned.get(&id).cloned() {
                     tracing::info!(task = %id, "restarting task from its last commit");
-                    self.start_restore(id, parts);
+                    self.start_restore(id, parts).await;
                 }
             }
         }
@@ -372,9 +353,8 @@ impl Worker {
         let now = self.rt.wall_clock_ms();
         let mut outputs = Vec::new();
         for (id, active) in &mut self.tasks {
-            active.task.punctuate_wall_clock(now)?;
-            // A punctuator's store writes are committed like a record's.
-            active.dirty |= active.task.has_changelog();
+            let done = active.task.punctuate_wall_clock(now)?;
+            active.punctuated(done);
             outputs.push((
                 *id,
                 active.task.take_outputs(),
@@ -414,7 +394,7 @@ impl Worker {
         }
     }
 
-    fn add(&mut self, tasks: Vec<(TaskId, Vec<GroupPartition>)>) {
+    async fn add(&mut self, tasks: Vec<(TaskId, Vec<GroupPartition>)>) {
         for (id, parts) in tasks {
             let parts: Vec<TopicPartition> = parts.iter().map(to_client).collect();
             let entry = self.owned.entry(id).or_default();
@@ -429,12 +409,30 @@ impl Worker {
                 // task would each take its fence and store.
                 self.revive.remove(&id);
                 self.retry_at.remove(&id);
-                self.start_restore(id, parts);
+                self.start_restore(id, parts).await;
             }
         }
     }
 
-    fn start_restore(&mut self, id: TaskId, _parts: Vec<TopicPartition>) {
+    async fn start_restore(&mut self, id: TaskId, _parts: Vec<TopicPartition>) {
+        // Under exactly-once the worker's producer is initialised before
+        // the restore reads: a producer dropped after a failed commit (an
+        // abort refused after an EndTxn of unknown outcome) may have left
+        // its transaction open, holding the LSO of the changelogs it wrote,
+        // and `init_transactions` aborts it now. Initialised after the
+        // restore (review F5), the task's read_committed restore waited
+        // for that transaction's timeout.
+        if self.rt.config.guarantee == ProcessingGuarantee::ExactlyOnceV2
+            && let Err(e) = self.producers().await
+        {
+            if matches!(e, StreamsError::InvalidConfig { .. }) {
+                self.fail(e).await;
+                return;
+            }
+            let backoff = self.retry_later(id);
+            tracing::warn!(task = %id, error = %e, backoff = ?backoff, "initialising transactions before the restore failed; retrying");
+            return;
+        }
         let rt = Arc::clone(&self.rt);
         let handle = tokio::spawn(tracing::Instrument::instrument(
             async move { (id, restore::prepare(rt, id).await) },
@@ -489,7 +487,7 @@ impl Worker {
             )?;
             // Stable offsets: while another owner's transaction holding
             // offsets for these partitions is open, this waits for it to end.
-            let committed = fetch_stable_offsets(&self.rt.cluster, self.rt.app(), &inputs)
+            let committed = commit::fetch_stable_offsets(&self.rt, &inputs)
                 .await
                 .map_err(|e| StreamsError::client(format!("task {id}: committed offsets"), e))?;
             Ok::<_, StreamsError>((task, committed))
@@ -693,7 +691,14 @@ impl Worker {
             tokio::time::sleep(pause).await;
         }
         self.producers().await?;
-        let gate = self.output_gate();
+        // The gate at-least-once writes carry (review M4): `writable` is
+        // checked when a record is handed to the producer, the gate right
+        // before each send of its batch, so linger and retries cannot carry
+        // a record past the lease. It is the confirmed assignment's gate,
+        // never a fresh one of the member's current lease (review F2).
+        let Some(gate) = self.rt.write_gate() else {
+            return Ok(false);
+        };
         let Some(producers) = self.producers.as_ref() else {
             return Ok(true);
         };
@@ -788,7 +793,7 @@ impl Worker {
                 return Ok(());
             }
         };
-        let confirmed = self.rt.confirmed_generation.load(Ordering::Acquire);
+        let confirmed = self.rt.confirmed_generation();
         if !instructed && permit.as_ref().map(|p| p.metadata().generation) != Some(confirmed) {
             // The lease is of a generation whose assignment the instance has
             // not handled yet: the member may have lost its partitions and
@@ -803,7 +808,20 @@ impl Worker {
             return Ok(());
         }
         self.last_commit = Instant::now();
-        let generation = permit.as_ref().map(|p| p.metadata().clone());
+        // The generation the whole commit keeps: the permit's, or for an
+        // instructed commit without one the lease's now, which passed the
+        // `writable` check above (the confirmed assignment's lease). A
+        // generation that changes before the offsets are sent (a loss and
+        // a rejoin meanwhile) is refused in `group_metadata` (review F2).
+        let generation = match &permit {
+            Some(p) => Some(p.metadata().clone()),
+            None => self.rt.lease.metadata(),
+        };
+        if generation.is_none() {
+            self.suspend_all("the membership lease ended before the commit")
+                .await;
+            return Ok(());
+        }
         let started = tokio::time::Instant::now();
         // Held-back records (the DSL's record caches) go out with this
         // commit.
@@ -825,6 +843,16 @@ impl Worker {
             // the work dropped, `revoke` too, whose other tasks run on.
             tracing::warn!(error = %e, "sending before the commit failed: dropping uncommitted work");
             self.suspend_all("sending before the commit failed").await;
+            return Err(e);
+        }
+        // A worker whose tasks have written nothing yet (a source table's
+        // updates, a filter that dropped everything) has no producer; it
+        // still commits their offsets and stores. Without one the commit
+        // did nothing, and the tasks' staged writes and offsets stayed
+        // uncommitted for as long as they wrote nothing.
+        if let Err(e) = self.producers().await {
+            self.suspend_all("creating the producers for the commit failed")
+                .await;
             return Err(e);
         }
         let rt = Arc::clone(&self.rt);
