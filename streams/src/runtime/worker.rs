@@ -809,15 +809,18 @@ impl Worker {
         }
         self.last_commit = Instant::now();
         // The generation the whole commit keeps: the permit's, or for an
-        // instructed commit without one the lease's now, which passed the
-        // `writable` check above (the confirmed assignment's lease). A
-        // generation that changes before the offsets are sent (a loss and
-        // a rejoin meanwhile) is refused in `group_metadata` (review F2).
+        // instructed commit without one the lease's now. The gate is checked
+        // again after it was read: open now, it was open then, so the
+        // generation is of the confirmed assignment's lease (a loss closes
+        // the gate for good). A generation that changes before the offsets
+        // are sent (a loss and a rejoin meanwhile) is refused in
+        // `group_metadata` (review F2).
         let generation = match &permit {
             Some(p) => Some(p.metadata().clone()),
             None => self.rt.lease.metadata(),
         };
-        if generation.is_none() {
+        if generation.is_none() || !self.writable() {
+            drop(permit);
             self.suspend_all("the membership lease ended before the commit")
                 .await;
             return Ok(());
