@@ -472,9 +472,25 @@ fn handle_response(
         }
         tracing::debug!(%tp, error = %code, attempt = batch.attempts, "produce failed for a partition");
         let unknown = outcome_unknown(p.error_code);
-        retry_or_fail(shared, batch, p.error_code, code.retriable, unknown, &error);
+        // Kafka 4.x answers a transactional Produce v12 (transaction
+        // version 2, the partition added implicitly) with
+        // CONCURRENT_TRANSACTIONS while the previous transaction's markers
+        // are still being written: nothing was appended, so it is retried
+        // soon, as the coordinator's own answer is.
+        let retriable = code.retriable || concurrent_transactions(shared, p.error_code);
+        retry_or_fail(shared, batch, p.error_code, retriable, unknown, &error);
     }
 }
+
+/// A transactional producer's batch refused because the transaction's
+/// previous markers are still being written.
+fn concurrent_transactions(shared: &Shared, code: i16) -> bool {
+    code == crate::kerror::codes::CONCURRENT_TRANSACTIONS && shared.transactional_id.is_some()
+}
+
+/// How long a batch refused because of a concurrent transaction waits
+/// before it is sent again (Java's `ADD_PARTITIONS_RETRY_BACKOFF_MS`).
+const CONCURRENT_TRANSACTIONS_BACKOFF: std::time::Duration = std::time::Duration::from_millis(20);
 
 /// Produce errors after which the batch may have been written anyway.
 fn outcome_unknown(code: i16) -> bool {
@@ -534,8 +550,11 @@ fn retry_or_fail(
     match action {
         FailureAction::Retry => {
             let config = shared.cluster.config();
-            let delay =
-                Backoff::new(config.retry_backoff, config.retry_backoff_max).delay(batch.attempts);
+            let delay = if concurrent_transactions(shared, code) {
+                CONCURRENT_TRANSACTIONS_BACKOFF
+            } else {
+                Backoff::new(config.retry_backoff, config.retry_backoff_max).delay(batch.attempts)
+            };
             batch.retry_at = Some(Instant::now() + delay);
             state.acc.requeue(batch);
         }

@@ -165,7 +165,11 @@ fn produce_partition(
                 state
                     .txns
                     .produce_error(tid, h.producer_id, h.producer_epoch, topic, index);
-            if refused == Some(ResponseError::InvalidTxnState) && version >= 12 {
+            let not_in_txn = matches!(
+                refused,
+                Some(ResponseError::InvalidTxnState | ResponseError::NotEnoughReplicas)
+            );
+            if not_in_txn && version >= 12 {
                 // Transaction version 2: the leader adds the partition to
                 // the transaction for the client (AddPartitionsToTxn v5).
                 refused = state
@@ -180,7 +184,8 @@ fn produce_partition(
                     .err()
                     .map(|e| match e {
                         ResponseError::ProducerFenced => ResponseError::InvalidProducerEpoch,
-                        ResponseError::ConcurrentTransactions => ResponseError::NotEnoughReplicas,
+                        // Kafka 4.4 passes this one on to the producer as it
+                        // is (seen on a three-node cluster).
                         e => e,
                     });
                 flush(state);
