@@ -88,6 +88,16 @@ impl ClusterBuilder {
         self
     }
 
+    /// Kafka 4.4's timings for what the testkit otherwise does at once:
+    /// markers 20 ms after EndTxn, the timed-out-transaction scan every
+    /// 10 s, and a 3 s initial rebalance delay. Later builder calls still
+    /// override each.
+    pub fn kafka_timing(self) -> Self {
+        self.txn_marker_delay(Duration::from_millis(20))
+            .txn_abort_scan_interval(Duration::from_secs(10))
+            .group_initial_rebalance_delay(Duration::from_secs(3))
+    }
+
     /// `group.initial.rebalance.delay.ms` (default 0; Kafka's is 3 s).
     pub fn group_initial_rebalance_delay(mut self, delay: Duration) -> Self {
         self.config.group_initial_rebalance_delay = delay;
@@ -170,9 +180,22 @@ pub struct Cluster {
 }
 
 impl Cluster {
-    /// A builder with one broker and Kafka's defaults.
+    /// A builder with one broker and Kafka's defaults, except the timings
+    /// the testkit leaves at zero (see [`ClusterBuilder::kafka_timing`]).
+    /// With `WEIR_TESTKIT_TIMING=kafka` in the environment those start at
+    /// Kafka's values too, so a whole test suite can be measured with them.
+    ///
+    /// ```
+    /// let builder = weir_testkit::Cluster::builder().brokers(3);
+    /// # drop(builder);
+    /// ```
     pub fn builder() -> ClusterBuilder {
-        ClusterBuilder::default()
+        let builder = ClusterBuilder::default();
+        if std::env::var("WEIR_TESTKIT_TIMING").as_deref() == Ok("kafka") {
+            builder.kafka_timing()
+        } else {
+            builder
+        }
     }
 
     /// Comma-separated `127.0.0.1:port` of every broker, for `bootstrap.servers`.
