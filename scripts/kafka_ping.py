@@ -26,12 +26,6 @@ CLIENT_ID = b"weir-ping"
 MAX_RESPONSE = 64 * 1024
 
 
-def request_bytes():
-    # Request header v1: api_key, api_version, correlation_id, client_id (int16-prefixed).
-    body = struct.pack(">hhih", API_VERSIONS, 0, CORRELATION_ID, len(CLIENT_ID)) + CLIENT_ID
-    return struct.pack(">i", len(body)) + body
-
-
 def read_exact(sock, n):
     buf = bytearray()
     while len(buf) < n:
@@ -42,23 +36,33 @@ def read_exact(sock, n):
     return bytes(buf)
 
 
-def ping(host, port, timeout):
-    """Returns the number of APIs the broker advertises; raises on anything else."""
+def roundtrip(host, port, timeout, body, min_size):
+    """Sends one request body and returns the response payload, checked for our correlation id."""
     with socket.create_connection((host, port), timeout=timeout) as sock:
         sock.settimeout(timeout)
-        sock.sendall(request_bytes())
+        sock.sendall(struct.pack(">i", len(body)) + body)
         (size,) = struct.unpack(">i", read_exact(sock, 4))
-        if size < 10 or size > MAX_RESPONSE:
+        if size < min_size or size > MAX_RESPONSE:
             raise ValueError(f"implausible response size {size}")
         payload = read_exact(sock, size)
-        correlation_id, error_code, api_count = struct.unpack(">ihi", payload[:10])
-        if correlation_id != CORRELATION_ID:
-            raise ValueError(f"correlation id {correlation_id:#x}, expected {CORRELATION_ID:#x}")
-        if error_code != 0:
-            raise ValueError(f"ApiVersions error code {error_code}")
-        if api_count <= 0 or 10 + 6 * api_count > size:
-            raise ValueError(f"implausible api count {api_count} in {size} bytes")
-        return api_count
+    (correlation_id,) = struct.unpack(">i", payload[:4])
+    if correlation_id != CORRELATION_ID:
+        raise ValueError(f"correlation id {correlation_id:#x}, expected {CORRELATION_ID:#x}")
+    return payload
+
+
+def ping(host, port, timeout):
+    """Returns the number of APIs the broker advertises; raises on anything else."""
+    # Request header v1: api_key, api_version, correlation_id, client_id (int16-prefixed).
+    body = struct.pack(">hhih", API_VERSIONS, 0, CORRELATION_ID, len(CLIENT_ID)) + CLIENT_ID
+    payload = roundtrip(host, port, timeout, body, 10)
+    size = len(payload)
+    error_code, api_count = struct.unpack(">hi", payload[4:10])
+    if error_code != 0:
+        raise ValueError(f"ApiVersions error code {error_code}")
+    if api_count <= 0 or 10 + 6 * api_count > size:
+        raise ValueError(f"implausible api count {api_count} in {size} bytes")
+    return api_count
 
 
 def metadata_broker_count(host, port, timeout):
@@ -66,17 +70,9 @@ def metadata_broker_count(host, port, timeout):
     # v4 is non-flexible and still served by Kafka 4.x (KIP-896 removed v0-3 only).
     body = struct.pack(">hhih", METADATA, 4, CORRELATION_ID, len(CLIENT_ID)) + CLIENT_ID
     body += struct.pack(">i?", 0, False)  # no topics, no auto-creation
-    with socket.create_connection((host, port), timeout=timeout) as sock:
-        sock.settimeout(timeout)
-        sock.sendall(struct.pack(">i", len(body)) + body)
-        (size,) = struct.unpack(">i", read_exact(sock, 4))
-        if size < 12 or size > MAX_RESPONSE:
-            raise ValueError(f"implausible Metadata response size {size}")
-        payload = read_exact(sock, size)
-        correlation_id, _throttle, brokers = struct.unpack(">iii", payload[:12])
-        if correlation_id != CORRELATION_ID:
-            raise ValueError(f"correlation id {correlation_id:#x}, expected {CORRELATION_ID:#x}")
-        return brokers
+    payload = roundtrip(host, port, timeout, body, 12)
+    _throttle, brokers = struct.unpack(">ii", payload[4:12])
+    return brokers
 
 
 def main():

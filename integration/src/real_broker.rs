@@ -36,3 +36,58 @@ pub fn unique(prefix: &str) -> String {
         .map_or(0, |d| d.as_nanos());
     format!("{prefix}-{nanos}")
 }
+
+/// Every value a read_committed reader sees on `tp` from its start, until
+/// `expected` values came (or 60 s of polling passed), then a little more
+/// so that late extras show too. Values are read as UTF-8 (lossily).
+///
+/// # Errors
+/// A consumer error from the broker.
+pub async fn read_committed_values(
+    cluster: &weir_client::Cluster,
+    tp: &weir_client::consumer::TopicPartition,
+    expected: usize,
+) -> weir_client::Result<Vec<String>> {
+    use std::time::Duration;
+    use weir_client::config::consumer::{AutoOffsetReset, ConsumerOptions, IsolationLevel};
+    use weir_client::consumer::{Consumer, SeekTo};
+
+    let mut consumer = Consumer::with_cluster(
+        cluster.clone(),
+        ConsumerOptions {
+            isolation_level: IsolationLevel::ReadCommitted,
+            auto_offset_reset: AutoOffsetReset::Earliest,
+            fetch_max_wait: Duration::from_millis(100),
+            ..Default::default()
+        },
+    );
+    consumer.assign([tp.clone()]);
+    consumer.seek(tp, SeekTo::Earliest)?;
+    let value = |r: &weir_client::consumer::ConsumerRecord| {
+        r.value
+            .as_ref()
+            .map(|v| String::from_utf8_lossy(v).into_owned())
+            .unwrap_or_default()
+    };
+    let mut seen = Vec::new();
+    for _ in 0..300 {
+        seen.extend(
+            consumer
+                .poll_for(Duration::from_millis(200))
+                .await?
+                .iter()
+                .map(value),
+        );
+        if seen.len() >= expected {
+            break;
+        }
+    }
+    seen.extend(
+        consumer
+            .poll_for(Duration::from_millis(300))
+            .await?
+            .iter()
+            .map(value),
+    );
+    Ok(seen)
+}

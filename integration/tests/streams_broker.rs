@@ -140,26 +140,32 @@ async fn wait_for_counts(bootstrap: &str, output: &str, expected: &BTreeMap<Stri
     }
 }
 
-async fn count_restore_and_count_on(guarantee: &str) {
-    let Some(bootstrap) = bootstrap_or_skip(&format!("streams_broker {guarantee}")) else {
-        return;
-    };
+/// Names no earlier run used for the input, the output (both created with
+/// `PARTITIONS`) and the application.
+async fn new_app(bootstrap: &str, prefix: &str) -> (String, String, String) {
     let (input, output, app) = (
-        unique("weir-st-in"),
-        unique("weir-st-out"),
-        unique("weir-st-app"),
+        unique(&format!("{prefix}-in")),
+        unique(&format!("{prefix}-out")),
+        unique(&format!("{prefix}-app")),
     );
-    let admin = Admin::connect(
-        ClientConfig::from_properties(&[("bootstrap.servers", bootstrap.as_str())]).unwrap(),
-    )
-    .await
-    .unwrap();
+    let admin =
+        Admin::connect(ClientConfig::from_properties(&[("bootstrap.servers", bootstrap)]).unwrap())
+            .await
+            .unwrap();
     for topic in [&input, &output] {
         admin
             .create_topic(NewTopic::new(topic, PARTITIONS))
             .await
             .unwrap();
     }
+    (input, output, app)
+}
+
+async fn count_restore_and_count_on(guarantee: &str) {
+    let Some(bootstrap) = bootstrap_or_skip(&format!("streams_broker {guarantee}")) else {
+        return;
+    };
+    let (input, output, app) = new_app(&bootstrap, "weir-st").await;
     let per_word = |total: u64| -> BTreeMap<String, u64> {
         (0..WORDS)
             .map(|w| {
@@ -248,22 +254,7 @@ async fn hundreds_of_commits(guarantee: &str) {
     let Some(bootstrap) = bootstrap_or_skip(&format!("streams_broker commits {guarantee}")) else {
         return;
     };
-    let (input, output, app) = (
-        unique("weir-stc-in"),
-        unique("weir-stc-out"),
-        unique("weir-stc-app"),
-    );
-    let admin = Admin::connect(
-        ClientConfig::from_properties(&[("bootstrap.servers", bootstrap.as_str())]).unwrap(),
-    )
-    .await
-    .unwrap();
-    for topic in [&input, &output] {
-        admin
-            .create_topic(NewTopic::new(topic, PARTITIONS))
-            .await
-            .unwrap();
-    }
+    let (input, output, app) = new_app(&bootstrap, "weir-stc").await;
     let dir = tempfile::tempdir().unwrap();
     let streams = KafkaStreams::start(
         topology(&input, &output).unwrap(),
@@ -316,4 +307,87 @@ async fn at_least_once_word_count_over_hundreds_of_commits() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn exactly_once_word_count_over_hundreds_of_commits() {
     hundreds_of_commits("exactly_once_v2").await;
+}
+
+/// Forwards `tick-N` every wall-clock second; input records only start
+/// the task.
+struct Ticker(u64);
+
+impl weir_streams::processor::Processor<String, ()> for Ticker {
+    type KOut = String;
+    type VOut = String;
+    fn init(
+        &mut self,
+        ctx: &mut weir_streams::processor::InitContext<'_>,
+    ) -> Result<(), weir_streams::ProcessError> {
+        ctx.schedule(
+            Duration::from_secs(1),
+            weir_streams::processor::PunctuationType::WallClockTime,
+        )?;
+        Ok(())
+    }
+    fn process(
+        &mut self,
+        _ctx: &mut weir_streams::processor::ProcessorContext<'_, String, String>,
+        _r: weir_streams::Record<String, ()>,
+    ) -> Result<(), weir_streams::ProcessError> {
+        Ok(())
+    }
+    fn punctuate(
+        &mut self,
+        ctx: &mut weir_streams::processor::ProcessorContext<'_, String, String>,
+        _id: weir_streams::processor::ScheduleId,
+        ts: i64,
+    ) -> Result<(), weir_streams::ProcessError> {
+        self.0 += 1;
+        let tick = format!("tick-{}", self.0);
+        ctx.forward(weir_streams::Record::new(tick.clone(), tick, ts));
+        Ok(())
+    }
+}
+
+/// Under exactly-once on Kafka, what a wall-clock punctuator forwards while
+/// the input is idle commits within about a commit interval: a task whose
+/// only work is punctuation still needs its commits. (Before, the ticks sat
+/// in an open transaction until the coordinator aborted it at the
+/// transaction timeout, and were lost.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exactly_once_commits_a_punctuators_ticks_while_the_input_is_idle() {
+    let Some(bootstrap) = bootstrap_or_skip("streams_broker punctuation") else {
+        return;
+    };
+    let (input, output, app) = (
+        unique("weir-stp-in"),
+        unique("weir-stp-out"),
+        unique("weir-stp-app"),
+    );
+    let client =
+        ClientConfig::from_properties(&[("bootstrap.servers", bootstrap.as_str())]).unwrap();
+    let admin = Admin::connect(client.clone()).await.unwrap();
+    for topic in [&input, &output] {
+        // One partition each: one task, whose ticks come in order.
+        admin.create_topic(NewTopic::new(topic, 1)).await.unwrap();
+    }
+    let mut b = weir_streams::TopologyBuilder::new();
+    let source = b.source::<String, ()>("in", &[input.as_str()]);
+    let ticker = b.processor("ticker", &[&source], || Ticker(0), &[]);
+    b.sink("out", &[&ticker], output.as_str());
+    let dir = tempfile::tempdir().unwrap();
+    let streams = KafkaStreams::start(
+        b.build().unwrap(),
+        config_with(&bootstrap, &app, dir.path(), "exactly_once_v2", "1", "100"),
+    )
+    .await
+    .unwrap();
+    produce(&bootstrap, &input, 0, 1).await;
+    let cluster = Cluster::connect(client).await.unwrap();
+    let tp = TopicPartition::new(&output, 0);
+    // Five ticks committed by read_committed's view, with no input after the
+    // first record; the transaction timeout (10 s) is never reached first.
+    let seen = weir_integration::real_broker::read_committed_values(&cluster, &tp, 5)
+        .await
+        .unwrap();
+    streams.close(Duration::from_secs(30)).await.unwrap();
+    assert!(seen.len() >= 5, "ticks visible: {seen:?}");
+    assert_eq!(seen[0], "tick-1");
 }

@@ -11,18 +11,15 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::collections::BTreeMap;
-use std::time::Duration;
 
 use weir_client::Cluster;
 use weir_client::admin::{Admin, NewTopic};
 use weir_client::config::ClientConfig;
-use weir_client::config::consumer::{AutoOffsetReset, ConsumerOptions, IsolationLevel};
-use weir_client::consumer::{Consumer, SeekTo};
 use weir_client::producer::{ProducerRecord, TopicPartition};
 use weir_client::transaction::{
     GroupMetadata, TransactionConfig, TransactionalProducer, fetch_stable_offsets,
 };
-use weir_integration::real_broker::{bootstrap_or_skip, unique};
+use weir_integration::real_broker::{bootstrap_or_skip, read_committed_values, unique};
 
 fn config(bootstrap: &str) -> ClientConfig {
     ClientConfig::from_properties(&[
@@ -69,26 +66,7 @@ async fn committed_records_and_offsets_are_visible_on_the_broker() {
     .unwrap();
     p.commit().await.unwrap();
 
-    let mut consumer = Consumer::with_cluster(
-        cluster.clone(),
-        ConsumerOptions {
-            isolation_level: IsolationLevel::ReadCommitted,
-            auto_offset_reset: AutoOffsetReset::Earliest,
-            fetch_max_wait: Duration::from_millis(100),
-            ..Default::default()
-        },
-    );
-    consumer.assign([input.clone()]);
-    consumer.seek(&input, SeekTo::Earliest).unwrap();
-    let mut seen = Vec::new();
-    for _ in 0..100 {
-        for r in consumer.poll_for(Duration::from_millis(200)).await.unwrap() {
-            seen.push(String::from_utf8(r.value.unwrap().to_vec()).unwrap());
-        }
-        if seen.len() >= 10 {
-            break;
-        }
-    }
+    let seen = read_committed_values(&cluster, &input, 10).await.unwrap();
     let expected: Vec<String> = (0..10).map(|i| format!("v{i}")).collect();
     assert_eq!(seen, expected);
     let offsets = fetch_stable_offsets(&cluster, &group, std::slice::from_ref(&input))
@@ -140,30 +118,7 @@ async fn aborted_records_are_hidden_from_read_committed_on_the_broker() {
         }
     }
     let tp = TopicPartition::new(&topic, 0);
-    let mut consumer = Consumer::with_cluster(
-        cluster.clone(),
-        ConsumerOptions {
-            isolation_level: IsolationLevel::ReadCommitted,
-            auto_offset_reset: AutoOffsetReset::Earliest,
-            fetch_max_wait: Duration::from_millis(100),
-            ..Default::default()
-        },
-    );
-    consumer.assign([tp.clone()]);
-    consumer.seek(&tp, SeekTo::Earliest).unwrap();
-    let mut seen = Vec::new();
-    for _ in 0..100 {
-        for r in consumer.poll_for(Duration::from_millis(200)).await.unwrap() {
-            seen.push(String::from_utf8(r.value.unwrap().to_vec()).unwrap());
-        }
-        if seen.len() >= 3 {
-            break;
-        }
-    }
-    // Poll a little more: an aborted record delivered late must show too.
-    for r in consumer.poll_for(Duration::from_millis(500)).await.unwrap() {
-        seen.push(String::from_utf8(r.value.unwrap().to_vec()).unwrap());
-    }
+    let seen = read_committed_values(&cluster, &tp, 3).await.unwrap();
     assert_eq!(seen, ["committed-0", "committed-1", "committed-2"]);
     p.close().await;
 }

@@ -18,14 +18,12 @@ use std::time::Duration;
 use weir_client::Cluster;
 use weir_client::admin::{Admin, NewTopic};
 use weir_client::config::ClientConfig;
-use weir_client::config::consumer::{AutoOffsetReset, ConsumerOptions, IsolationLevel};
-use weir_client::consumer::{Consumer, SeekTo};
 use weir_client::producer::{ProducerRecord, TopicPartition};
 use weir_client::transaction::{
     GroupMetadata, TransactionConfig, TransactionErrorClass, TransactionalProducer,
     fetch_stable_offsets,
 };
-use weir_integration::real_broker::{bootstrap_or_skip, unique};
+use weir_integration::real_broker::{bootstrap_or_skip, read_committed_values, unique};
 
 fn config(bootstrap: &str) -> ClientConfig {
     ClientConfig::from_properties(&[
@@ -59,35 +57,6 @@ async fn producer(cluster: &Cluster, id: &str) -> TransactionalProducer {
     .unwrap();
     p.init_transactions().await.unwrap();
     p
-}
-
-/// Every value on `tp` a read_committed reader sees, up to `expected`
-/// records (and a little past, so late extras show).
-async fn read_committed(cluster: &Cluster, tp: &TopicPartition, expected: usize) -> Vec<String> {
-    let mut consumer = Consumer::with_cluster(
-        cluster.clone(),
-        ConsumerOptions {
-            isolation_level: IsolationLevel::ReadCommitted,
-            auto_offset_reset: AutoOffsetReset::Earliest,
-            fetch_max_wait: Duration::from_millis(100),
-            ..Default::default()
-        },
-    );
-    consumer.assign([tp.clone()]);
-    consumer.seek(tp, SeekTo::Earliest).unwrap();
-    let mut seen = Vec::new();
-    for _ in 0..300 {
-        for r in consumer.poll_for(Duration::from_millis(200)).await.unwrap() {
-            seen.push(String::from_utf8(r.value.unwrap().to_vec()).unwrap());
-        }
-        if seen.len() >= expected {
-            break;
-        }
-    }
-    for r in consumer.poll_for(Duration::from_millis(300)).await.unwrap() {
-        seen.push(String::from_utf8(r.value.unwrap().to_vec()).unwrap());
-    }
-    seen
 }
 
 /// 300 transactions from one producer, every fifth aborted, each with
@@ -160,7 +129,9 @@ async fn three_hundred_transactions_in_a_row_commit_and_abort() {
         for partition in 0..2 {
             let tp = TopicPartition::new(&topic, partition);
             let expected = &committed[usize::try_from(partition).unwrap()];
-            let seen = read_committed(&cluster, &tp, expected.len()).await;
+            let seen = read_committed_values(&cluster, &tp, expected.len())
+                .await
+                .unwrap();
             assert_eq!(&seen, expected, "partition {partition}");
         }
     } else {
@@ -224,7 +195,9 @@ async fn a_zombie_is_fenced_and_its_successor_keeps_committing() {
         expected.push(format!("new-{txn}"));
     }
     if filters_aborts() {
-        let seen = read_committed(&cluster, &tp, expected.len()).await;
+        let seen = read_committed_values(&cluster, &tp, expected.len())
+            .await
+            .unwrap();
         assert_eq!(seen, expected);
     } else {
         println!("abort visibility not checked: tansu returns aborted records");
