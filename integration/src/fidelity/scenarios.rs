@@ -58,6 +58,11 @@ pub enum Scenario {
     TxnOffsetCommitGenerations,
     /// A transaction left open past its timeout.
     TransactionTimeout,
+    /// Transactional requests out of order or naming the wrong thing.
+    TransactionEdges,
+    /// Group requests with a stale generation, an unknown member or no
+    /// protocol in common.
+    GroupEdges,
     /// A static member restarts within its session.
     StaticMemberRestart,
     /// Cooperative-sticky rebalances as a member joins and leaves.
@@ -74,7 +79,7 @@ pub enum Scenario {
 
 impl Scenario {
     /// Every scenario.
-    pub const ALL: [Scenario; 14] = [
+    pub const ALL: [Scenario; 16] = [
         Scenario::Versions,
         Scenario::TransactionVersion2,
         Scenario::OpenTransactionCommit,
@@ -83,6 +88,8 @@ impl Scenario {
         Scenario::InitProducerIdWhileOpen,
         Scenario::TxnOffsetCommitGenerations,
         Scenario::TransactionTimeout,
+        Scenario::TransactionEdges,
+        Scenario::GroupEdges,
         Scenario::StaticMemberRestart,
         Scenario::CooperativeSticky,
         Scenario::InitialRebalanceDelay,
@@ -102,6 +109,8 @@ impl Scenario {
             Scenario::TransactionVersion2 => "tv2_end_txn",
             Scenario::TxnOffsetCommitGenerations => "txn_offset_commit_generations",
             Scenario::TransactionTimeout => "txn_timeout",
+            Scenario::TransactionEdges => "txn_edges",
+            Scenario::GroupEdges => "group_edges",
             Scenario::StaticMemberRestart => "static_member_restart",
             Scenario::CooperativeSticky => "cooperative_sticky",
             Scenario::InitialRebalanceDelay => "initial_rebalance_delay",
@@ -124,6 +133,8 @@ impl Scenario {
             Scenario::TransactionVersion2 => transaction_version_2(&w.negotiating(), ns, r).await,
             Scenario::TxnOffsetCommitGenerations => txn_offset_commit_generations(w, ns, r).await,
             Scenario::TransactionTimeout => transaction_timeout(w, ns, r).await,
+            Scenario::TransactionEdges => transaction_edges(w, ns, r).await,
+            Scenario::GroupEdges => group_edges(w, ns, r).await,
             Scenario::StaticMemberRestart => static_member_restart(w, ns, r).await,
             Scenario::CooperativeSticky => cooperative_sticky(w, ns, r).await,
             Scenario::InitialRebalanceDelay => initial_rebalance_delay(w, ns, r).await,
@@ -629,6 +640,121 @@ async fn transaction_timeout(w: &Wire, ns: &str, r: &mut Recorder) -> Fallible<(
     Ok(())
 }
 
+async fn transaction_edges(w: &Wire, ns: &str, r: &mut Recorder) -> Fallible<()> {
+    let topic = format!("{ns}-t");
+    let tid = format!("{ns}-tx");
+    let group = format!("{ns}-g");
+    w.create_topic(&topic, 1, &[]).await?;
+    let (code, _, _) = w
+        .init_producer_id(&format!("{ns}-long"), 900_001, None)
+        .await?;
+    r.code(
+        "InitProducerId with a timeout above transaction.max.timeout.ms",
+        code,
+    );
+    let (code, pid, e) = w.init_producer_id(&tid, LONG_TXN_TIMEOUT_MS, None).await?;
+    put_producer(r, "InitProducerId", code, pid);
+    let p = (pid, e);
+    r.code(
+        "EndTxn commit with no transaction",
+        w.end_txn(&tid, p, true).await?,
+    );
+    r.code(
+        "EndTxn abort with no transaction",
+        w.end_txn(&tid, p, false).await?,
+    );
+    r.code(
+        "EndTxn with another producer id",
+        w.end_txn(&tid, (pid + 1, e), true).await?,
+    );
+    r.code(
+        "AddPartitionsToTxn for an unknown transactional id",
+        w.add_partitions(&format!("{ns}-unknown"), p, &topic, &[0])
+            .await?,
+    );
+    r.code(
+        "AddPartitionsToTxn of an unknown topic",
+        w.add_partitions(&tid, p, &format!("{ns}-missing"), &[0])
+            .await?,
+    );
+    r.code(
+        "AddPartitionsToTxn of an unknown partition",
+        w.add_partitions(&tid, p, &topic, &[7]).await?,
+    );
+    let (code, _) = w
+        .produce(
+            &topic,
+            0,
+            Some(&tid),
+            Writer::txn(pid, e, 0),
+            &[Rec::value("early")],
+        )
+        .await?;
+    r.code("transactional Produce before AddPartitionsToTxn", code);
+    r.code(
+        "TxnOffsetCommit before AddOffsetsToTxn",
+        w.txn_offset_commit(&tid, p, &group, -1, "", None, &topic, 0, 5)
+            .await?,
+    );
+    r.code("AddOffsetsToTxn", w.add_offsets(&tid, p, &group).await?);
+    r.code(
+        "TxnOffsetCommit",
+        w.txn_offset_commit(&tid, p, &group, -1, "", None, &topic, 0, 6)
+            .await?,
+    );
+    let (code, offset) = w.offset_fetch(&group, &topic, 0, true).await?;
+    r.put(
+        "OffsetFetch require_stable while the offsets are pending",
+        format!("{} offset {offset}", super::code_name(code)),
+    );
+    let (code, offset) = w.offset_fetch(&group, &topic, 0, false).await?;
+    r.put(
+        "OffsetFetch while the offsets are pending",
+        format!("{} offset {offset}", super::code_name(code)),
+    );
+    r.code(
+        "AddPartitionsToTxn",
+        w.add_partitions(&tid, p, &topic, &[0]).await?,
+    );
+    let (code, _) = w
+        .produce(
+            &topic,
+            0,
+            Some(&tid),
+            Writer::txn(pid, e, 0),
+            &[Rec::value("x")],
+        )
+        .await?;
+    r.code("transactional Produce", code);
+    let (code, _) = w
+        .produce(
+            &topic,
+            0,
+            Some(&tid),
+            Writer::txn(pid, e, 5),
+            &[Rec::value("gap")],
+        )
+        .await?;
+    r.code("transactional Produce with a sequence gap", code);
+    r.code("EndTxn abort", w.end_txn(&tid, p, false).await?);
+    let (code, offset) = w
+        .poll("a stable committed offset", || {
+            let (group, topic) = (&group, &topic);
+            async move {
+                let (code, offset) = w.offset_fetch(group, topic, 0, true).await.ok()?;
+                (code != UNSTABLE_OFFSET_COMMIT).then_some((code, offset))
+            }
+        })
+        .await?;
+    r.put(
+        "OffsetFetch require_stable after the abort",
+        format!("{} offset {offset}", super::code_name(code)),
+    );
+    let f = w.fetch_when_stable(&topic, 0, 0, true, 2).await?;
+    put_fetch(r, "after the abort: fetch read_committed", &f, true);
+    Ok(())
+}
+
 // ---- groups ----
 
 /// One scripted group member.
@@ -1033,6 +1159,65 @@ async fn cooperative_sticky(w: &Wire, ns: &str, r: &mut Recorder) -> Fallible<()
     r.code("B leaves: A's SyncGroup", ca);
     r.put("B leaves: A's partitions", parts(&pa));
     r.code("B leaves: B's heartbeat", b.heartbeat(&group).await?);
+    Ok(())
+}
+
+async fn group_edges(w: &Wire, ns: &str, r: &mut Recorder) -> Fallible<()> {
+    let topic = format!("{ns}-t");
+    let group = format!("{ns}-g");
+    w.create_topic(&topic, 2, &[]).await?;
+    let mut a = Member::new(w, None).await?;
+    let (first, j) = a.join(&group, &topic, &["range"]).await?;
+    a.joined(r, &j);
+    put_join(r, "A joins alone", first, &j, j.generation);
+    let (code, _) = a.sync(r, &group, &topic, 2, &j, Assignor::Range).await?;
+    r.code("A's SyncGroup", code);
+    let (code, _) =
+        a.w.sync_group(&group, a.generation - 1, &a.id, None, "range", &[])
+            .await?;
+    r.code("SyncGroup with a stale generation", code);
+    r.code(
+        "Heartbeat with a stale generation",
+        a.w.heartbeat(&group, a.generation - 1, &a.id, None).await?,
+    );
+    r.code(
+        "Heartbeat with the next generation",
+        a.w.heartbeat(&group, a.generation + 1, &a.id, None).await?,
+    );
+    r.code(
+        "Heartbeat of an unknown member",
+        a.w.heartbeat(&group, a.generation, "not-a-member", None)
+            .await?,
+    );
+    r.code(
+        "Heartbeat of a dynamic member with an instance id",
+        a.w.heartbeat(&group, a.generation, &a.id, Some("stray"))
+            .await?,
+    );
+    let (top, member) = a.w.leave_group(&group, "not-a-member", None).await?;
+    r.put(
+        "LeaveGroup of an unknown member",
+        format!(
+            "{} / member {}",
+            super::code_name(top),
+            super::code_name(member)
+        ),
+    );
+    let b = Member::new(w, None).await?;
+    let (first, j) = b.join(&group, &topic, &["roundrobin"]).await?;
+    r.code("JoinGroup with no protocol in common: first", first);
+    r.code("JoinGroup with no protocol in common", j.code);
+    r.code("A's heartbeat after it", a.heartbeat(&group).await?);
+    let (top, member) = a.w.leave_group(&group, &a.id, None).await?;
+    r.put(
+        "A leaves",
+        format!(
+            "{} / member {}",
+            super::code_name(top),
+            super::code_name(member)
+        ),
+    );
+    r.code("A's heartbeat after leaving", a.heartbeat(&group).await?);
     Ok(())
 }
 
