@@ -71,6 +71,8 @@ pub enum Scenario {
     InitialRebalanceDelay,
     /// ListOffsets: earliest, latest, by timestamp, MAX_TIMESTAMP.
     ListOffsetsByTimestamp,
+    /// The idempotent producer: duplicates, sequence gaps, epochs.
+    IdempotentProduce,
     /// A compacted changelog: what every broker guarantees of it.
     CompactedChangelog,
     /// DeleteRecords and fetches below the new log start.
@@ -79,7 +81,7 @@ pub enum Scenario {
 
 impl Scenario {
     /// Every scenario.
-    pub const ALL: [Scenario; 16] = [
+    pub const ALL: [Scenario; 17] = [
         Scenario::Versions,
         Scenario::TransactionVersion2,
         Scenario::OpenTransactionCommit,
@@ -94,6 +96,7 @@ impl Scenario {
         Scenario::CooperativeSticky,
         Scenario::InitialRebalanceDelay,
         Scenario::ListOffsetsByTimestamp,
+        Scenario::IdempotentProduce,
         Scenario::CompactedChangelog,
         Scenario::DeleteRecords,
     ];
@@ -115,6 +118,7 @@ impl Scenario {
             Scenario::CooperativeSticky => "cooperative_sticky",
             Scenario::InitialRebalanceDelay => "initial_rebalance_delay",
             Scenario::ListOffsetsByTimestamp => "list_offsets_by_timestamp",
+            Scenario::IdempotentProduce => "idempotent_produce",
             Scenario::CompactedChangelog => "compacted_changelog",
             Scenario::DeleteRecords => "delete_records",
         }
@@ -139,6 +143,7 @@ impl Scenario {
             Scenario::CooperativeSticky => cooperative_sticky(w, ns, r).await,
             Scenario::InitialRebalanceDelay => initial_rebalance_delay(w, ns, r).await,
             Scenario::ListOffsetsByTimestamp => list_offsets_by_timestamp(w, ns, r).await,
+            Scenario::IdempotentProduce => idempotent_produce(w, ns, r).await,
             Scenario::CompactedChangelog => compacted_changelog(w, ns, r).await,
             Scenario::DeleteRecords => delete_records(w, ns, r).await,
         };
@@ -1288,6 +1293,61 @@ async fn list_offsets_by_timestamp(w: &Wire, ns: &str, r: &mut Recorder) -> Fall
             ),
         );
     }
+    Ok(())
+}
+
+async fn idempotent_produce(w: &Wire, ns: &str, r: &mut Recorder) -> Fallible<()> {
+    let topic = format!("{ns}-t");
+    w.create_topic(&topic, 1, &[]).await?;
+    let leader = w.leader(&topic, 0).await?;
+    let (code, pid, e) = w.init_idempotent(leader).await?;
+    put_producer(r, "InitProducerId (idempotent)", code, pid);
+    let idem = |epoch: i16, seq: i32| Writer {
+        producer_id: pid,
+        epoch,
+        sequence: seq,
+        transactional: false,
+    };
+    let steps: [(&str, i16, i32, &str); 8] = [
+        ("sequence 0", e, 0, "a"),
+        ("sequence 0 again (a duplicate)", e, 0, "a"),
+        ("sequence 1", e, 1, "b"),
+        ("sequence 3 (a gap)", e, 3, "d"),
+        ("sequence 0 once more (an older duplicate)", e, 0, "a"),
+        ("the next epoch, sequence 0", e + 1, 0, "c"),
+        ("the first epoch again, sequence 2", e, 2, "z"),
+        ("the next epoch, sequence 2 (a gap)", e + 1, 2, "y"),
+    ];
+    for (what, epoch, seq, v) in steps {
+        let (code, offset) = w
+            .produce(&topic, 0, None, idem(epoch, seq), &[Rec::value(v)])
+            .await?;
+        r.put(
+            format!("Produce {what}"),
+            if code == 0 {
+                format!("NONE@{offset}")
+            } else {
+                super::code_name(code)
+            },
+        );
+    }
+    let (code, _) = w
+        .produce(
+            &topic,
+            0,
+            None,
+            Writer {
+                producer_id: pid + 1_000_000,
+                epoch: 0,
+                sequence: 5,
+                transactional: false,
+            },
+            &[Rec::value("u")],
+        )
+        .await?;
+    r.code("Produce of an unknown producer id at sequence 5", code);
+    let f = w.fetch(&topic, 0, 0, false).await?;
+    put_fetch(r, "fetch", &f, false);
     Ok(())
 }
 

@@ -827,6 +827,21 @@ impl Wire {
         .await
     }
 
+    /// InitProducerId for an idempotent producer (no transactional id),
+    /// sent to `broker`: (code, producer id, epoch).
+    ///
+    /// # Errors
+    /// Connection errors.
+    pub async fn init_idempotent(&self, broker: BrokerId) -> Fallible<(i16, i64, i16)> {
+        let req = InitProducerIdRequest::default()
+            .with_transactional_id(None)
+            .with_transaction_timeout_ms(-1)
+            .with_producer_id(ProducerId(-1))
+            .with_producer_epoch(-1);
+        let r = self.send(broker, Lane::Produce, &req).await?;
+        Ok((r.error_code, r.producer_id.0, r.producer_epoch))
+    }
+
     /// AddPartitionsToTxn (v3 and below): the first non-zero code, top
     /// level or per partition.
     ///
