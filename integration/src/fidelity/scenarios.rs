@@ -918,6 +918,19 @@ impl Member {
     }
 }
 
+/// Records what DescribeGroups says of the group.
+async fn put_group(w: &Wire, r: &mut Recorder, what: &str, group: &str) -> Fallible<()> {
+    let (code, state, protocol, members) = w.describe_group(group).await?;
+    r.put(
+        format!("{what}: DescribeGroups"),
+        format!(
+            "{} state {state} protocol {protocol:?} members {members}",
+            super::code_name(code)
+        ),
+    );
+    Ok(())
+}
+
 fn parts(p: &BTreeSet<i32>) -> String {
     format!("{p:?}")
 }
@@ -979,6 +992,7 @@ async fn two_members(
     let (code, got) = a.sync(r, group, topic, partitions, &j, assignor).await?;
     r.code("A joins alone: SyncGroup", code);
     r.put("A joins alone: A's partitions", parts(&got));
+    put_group(w, r, "A joins alone", group).await?;
 
     // B joins; A learns of it from its heartbeat and rejoins.
     let b_join = {
@@ -999,18 +1013,21 @@ async fn two_members(
     };
     let code = a.until_rebalance(group).await?;
     r.code("B joins: A's heartbeat", code);
+    put_group(w, r, "B joins, before A rejoins", group).await?;
     let (_, ja) = a.join(group, topic, &protocols).await?;
     let (b_first, jb) = b_join.await.map_err(|e| e.to_string())??;
     a.joined(r, &ja);
     b.joined(r, &jb);
     put_join(r, "B joins: A", 0, &ja, base);
     put_join(r, "B joins: B", b_first, &jb, base);
+    put_group(w, r, "B joins, before SyncGroup", group).await?;
     let (code_a, got_a) = a.sync(r, group, topic, partitions, &ja, assignor).await?;
     let (code_b, got_b) = b.sync(r, group, topic, partitions, &jb, assignor).await?;
     r.code("B joins: A's SyncGroup", code_a);
     r.code("B joins: B's SyncGroup", code_b);
     r.put("B joins: A's partitions", parts(&got_a));
     r.put("B joins: B's partitions", parts(&got_b));
+    put_group(w, r, "B joins, after SyncGroup", group).await?;
     Ok((a, b, base))
 }
 
@@ -1113,6 +1130,7 @@ async fn static_member_restart(w: &Wire, ns: &str, r: &mut Recorder) -> Fallible
         "A restarts: restarted A's heartbeat",
         restarted.heartbeat(&group).await?,
     );
+    put_group(w, r, "A restarted", &group).await?;
     Ok(())
 }
 
@@ -1164,6 +1182,7 @@ async fn cooperative_sticky(w: &Wire, ns: &str, r: &mut Recorder) -> Fallible<()
     r.code("B leaves: A's SyncGroup", ca);
     r.put("B leaves: A's partitions", parts(&pa));
     r.code("B leaves: B's heartbeat", b.heartbeat(&group).await?);
+    put_group(w, r, "B left", &group).await?;
     Ok(())
 }
 
@@ -1223,6 +1242,7 @@ async fn group_edges(w: &Wire, ns: &str, r: &mut Recorder) -> Fallible<()> {
         ),
     );
     r.code("A's heartbeat after leaving", a.heartbeat(&group).await?);
+    put_group(w, r, "A left", &group).await?;
     Ok(())
 }
 

@@ -36,10 +36,10 @@ use weir_protocol::kafka_protocol::messages::txn_offset_commit_request::{
     TxnOffsetCommitRequestPartition, TxnOffsetCommitRequestTopic,
 };
 use weir_protocol::kafka_protocol::messages::{
-    AddOffsetsToTxnRequest, AddPartitionsToTxnRequest, DeleteRecordsRequest, EndTxnRequest,
-    FetchRequest, GroupId, HeartbeatRequest, InitProducerIdRequest, JoinGroupRequest,
-    LeaveGroupRequest, ListOffsetsRequest, OffsetFetchRequest, ProduceRequest, ProducerId,
-    SyncGroupRequest, TopicName, TransactionalId, TxnOffsetCommitRequest,
+    AddOffsetsToTxnRequest, AddPartitionsToTxnRequest, DeleteRecordsRequest, DescribeGroupsRequest,
+    EndTxnRequest, FetchRequest, GroupId, HeartbeatRequest, InitProducerIdRequest,
+    JoinGroupRequest, LeaveGroupRequest, ListOffsetsRequest, OffsetFetchRequest, ProduceRequest,
+    ProducerId, SyncGroupRequest, TopicName, TransactionalId, TxnOffsetCommitRequest,
 };
 use weir_protocol::kafka_protocol::protocol::{Request, StrBytes};
 use weir_protocol::records::{
@@ -67,7 +67,7 @@ impl std::fmt::Display for Side {
 }
 
 /// The APIs the scenarios send.
-pub const APIS: [ApiKey; 19] = [
+pub const APIS: [ApiKey; 20] = [
     ApiKey::Produce,
     ApiKey::Fetch,
     ApiKey::ListOffsets,
@@ -87,6 +87,7 @@ pub const APIS: [ApiKey; 19] = [
     ApiKey::EndTxn,
     ApiKey::TxnOffsetCommit,
     ApiKey::DescribeConfigs,
+    ApiKey::DescribeGroups,
 ];
 
 /// The highest version of each API that Weir's client would negotiate with
@@ -1164,6 +1165,31 @@ impl Wire {
                 let r = self.send(b, Lane::Heartbeat, req).await?;
                 let member = r.members.first().map_or(-1, |m| m.error_code);
                 Ok((r.error_code, (r.error_code, member)))
+            }
+        })
+        .await
+    }
+
+    /// DescribeGroups of one group: (code, state, protocol, member count).
+    ///
+    /// # Errors
+    /// Connection errors.
+    pub async fn describe_group(&self, group: &str) -> Fallible<(i16, String, String, usize)> {
+        let req = DescribeGroupsRequest::default().with_groups(vec![GroupId(s(group))]);
+        self.at_coordinator(CoordinatorKind::Group, group, |b| {
+            let req = &req;
+            async move {
+                let r = self.send(b, Lane::Metadata, req).await?;
+                let g = r.groups.first().ok_or("empty DescribeGroups response")?;
+                Ok((
+                    g.error_code,
+                    (
+                        g.error_code,
+                        g.group_state.to_string(),
+                        g.protocol_data.to_string(),
+                        g.members.len(),
+                    ),
+                ))
             }
         })
         .await
