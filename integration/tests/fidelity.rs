@@ -112,8 +112,9 @@ const FAILING_FOR_NOW: &[Known] = &[
         "txn_timeout",
         "next: InitProducerId naming its epoch",
         "KIP-360: after the coordinator aborted a timed-out transaction (bumping the epoch), Kafka \
-         lets the producer recover with InitProducerId naming its old epoch and returns the bumped \
-         epoch; the testkit answers PRODUCER_FENCED",
+         4.4 with transaction.version=2 lets the producer recover with InitProducerId naming its \
+         old epoch (even at v4) and returns the bumped epoch; the testkit answers PRODUCER_FENCED, \
+         as Kafka 4.4 does with transaction.version=1",
     ),
     gap(
         "txn_timeout",
@@ -290,6 +291,55 @@ async fn testkit_answers_as_kafka_4_4_does() {
 }
 
 // ---- the suite's own machinery, without a broker ----
+
+/// Every scenario runs to its end on the testkit alone (no Kafka needed),
+/// so a scenario broken by a change shows in any `cargo test`, not only
+/// where Kafka runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_scenario_runs_to_its_end_on_the_testkit() {
+    let kit = Arc::new(
+        weir_testkit::Cluster::builder()
+            .brokers(3)
+            .build()
+            .await
+            .unwrap(),
+    );
+    let (versions, _) = negotiated_versions(&kit.bootstrap()).await.unwrap();
+    let w = Wire::connect(
+        Side::Testkit,
+        &kit.bootstrap(),
+        versions,
+        Some(Arc::clone(&kit)),
+    )
+    .await
+    .unwrap();
+    let tasks: Vec<_> = Scenario::ALL
+        .into_iter()
+        .map(|scenario| {
+            let w = w.clone();
+            tokio::spawn(async move {
+                let mut r = Recorder::default();
+                scenario.run(&w, scenario.name(), &mut r).await;
+                (scenario, r)
+            })
+        })
+        .collect();
+    for t in tasks {
+        let (scenario, r) = tokio::time::timeout(BUDGET, t).await.unwrap().unwrap();
+        let failed: Vec<_> = r
+            .observations
+            .iter()
+            .filter(|o| o.key == "scenario failed")
+            .collect();
+        assert!(failed.is_empty(), "{}: {failed:?}", scenario.name());
+        assert!(
+            r.observations.len() >= 3,
+            "{}: only {:?}",
+            scenario.name(),
+            r.observations
+        );
+    }
+}
 
 #[test]
 fn every_listed_difference_names_a_scenario() {

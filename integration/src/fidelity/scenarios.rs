@@ -134,7 +134,10 @@ impl Scenario {
             Scenario::OpenTransactionAbort => open_transaction(w, ns, r, false).await,
             Scenario::ZombieFenced => zombie_fenced(w, ns, r).await,
             Scenario::InitProducerIdWhileOpen => init_pid_while_open(w, ns, r).await,
-            Scenario::TransactionVersion2 => transaction_version_2(&w.negotiating(), ns, r).await,
+            Scenario::TransactionVersion2 => match w.negotiating().await {
+                Ok(w) => transaction_version_2(&w, ns, r).await,
+                Err(e) => Err(e),
+            },
             Scenario::TxnOffsetCommitGenerations => txn_offset_commit_generations(w, ns, r).await,
             Scenario::TransactionTimeout => transaction_timeout(w, ns, r).await,
             Scenario::TransactionEdges => transaction_edges(w, ns, r).await,

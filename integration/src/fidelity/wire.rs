@@ -92,8 +92,10 @@ pub const APIS: [ApiKey; 20] = [
 
 /// The highest version of each API that Weir's client would negotiate with
 /// the broker at `bootstrap` (its advertised maximum, capped by
-/// [`weir_client::connection::version_cap`]), and its finalized
-/// `transaction.version` (0 when it reports none).
+/// [`weir_client::connection::version_cap`], and, as Weir's transactional
+/// producer does where the broker does not run transaction version 2, at
+/// EndTxn 4, TxnOffsetCommit 4 and Produce 11), and its finalized
+/// `transaction.version` (0 when it reports none). Keyed by API key.
 ///
 /// # Errors
 /// When the broker cannot be reached.
@@ -110,10 +112,18 @@ pub async fn negotiated_versions(bootstrap: &str) -> Fallible<(BTreeMap<i16, i16
         .connection(broker, Lane::Metadata)
         .await
         .map_err(|e| e.to_string())?;
+    let tv2 = conn.transaction_v2();
     let mut out = BTreeMap::new();
     for api in APIS {
         if let Some(r) = conn.versions().range(api) {
-            let cap = weir_client::connection::version_cap(api).unwrap_or(i16::MAX);
+            let mut cap = weir_client::connection::version_cap(api).unwrap_or(i16::MAX);
+            if !tv2 {
+                cap = match api {
+                    ApiKey::EndTxn | ApiKey::TxnOffsetCommit => cap.min(4),
+                    ApiKey::Produce => cap.min(11),
+                    _ => cap,
+                };
+            }
             out.insert(api as i16, r.max.min(cap));
         }
     }
@@ -341,18 +351,23 @@ impl Wire {
     }
 
     /// A driver on the same connections that sends every request at the
-    /// version Weir's client negotiates with this broker, not the common
-    /// one: for what a broker does at its newest versions.
-    pub fn negotiating(&self) -> Wire {
-        Wire {
+    /// version Weir's client negotiates with this broker (see
+    /// [`negotiated_versions`]), not the common one: for what a broker
+    /// does at its newest versions.
+    ///
+    /// # Errors
+    /// When the broker cannot be reached.
+    pub async fn negotiating(&self) -> Fallible<Wire> {
+        let (versions, _) = negotiated_versions(&self.inner.bootstrap).await?;
+        Ok(Wire {
             cluster: self.cluster.clone(),
             inner: Arc::new(Inner {
                 side: self.inner.side,
                 bootstrap: self.inner.bootstrap.clone(),
-                versions: APIS.iter().map(|a| (*a as i16, i16::MAX)).collect(),
+                versions,
                 testkit: self.inner.testkit.clone(),
             }),
-        }
+        })
     }
 
     /// The bootstrap servers.
@@ -839,8 +854,16 @@ impl Wire {
             .with_transaction_timeout_ms(-1)
             .with_producer_id(ProducerId(-1))
             .with_producer_epoch(-1);
-        let r = self.send(broker, Lane::Produce, &req).await?;
-        Ok((r.error_code, r.producer_id.0, r.producer_epoch))
+        // A broker answers COORDINATOR_LOAD_IN_PROGRESS until its
+        // producer-id block is there (a fresh Kafka cluster): ask again.
+        let deadline = Instant::now() + POLL_BOUND;
+        loop {
+            let r = self.send(broker, Lane::Produce, &req).await?;
+            if !coordinator_retriable(r.error_code) || Instant::now() >= deadline {
+                return Ok((r.error_code, r.producer_id.0, r.producer_epoch));
+            }
+            tokio::time::sleep(POLL_EVERY).await;
+        }
     }
 
     /// AddPartitionsToTxn (v3 and below): the first non-zero code, top
