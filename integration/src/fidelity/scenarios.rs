@@ -662,15 +662,25 @@ async fn transaction_edges(w: &Wire, ns: &str, r: &mut Recorder) -> Fallible<()>
     );
     let (code, pid, e) = w.init_producer_id(&tid, LONG_TXN_TIMEOUT_MS, None).await?;
     put_producer(r, "InitProducerId", code, pid);
-    let p = (pid, e);
-    r.code(
-        "EndTxn commit with no transaction",
-        w.end_txn(&tid, p, true).await?,
-    );
-    r.code(
-        "EndTxn abort with no transaction",
-        w.end_txn(&tid, p, false).await?,
-    );
+    let mut p = (pid, e);
+    // At transaction version 2 (EndTxn v5) an EndTxn that succeeds bumps
+    // the epoch and returns it; a client goes on with the one returned.
+    for (what, commit) in [
+        ("EndTxn commit with no transaction", true),
+        ("EndTxn abort with no transaction", false),
+    ] {
+        let (code, new_pid, new_epoch) = w.end_txn_epoch(&tid, p, commit).await?;
+        r.code(what, code);
+        let returned = if code == 0 && new_epoch >= 0 {
+            let delta = i32::from(new_epoch) - i32::from(p.1);
+            p = (new_pid, new_epoch);
+            format!("epoch {delta:+}")
+        } else {
+            "none".to_owned()
+        };
+        r.put(format!("{what}: returned"), returned);
+    }
+    let (pid, e) = p;
     r.code(
         "EndTxn with another producer id",
         w.end_txn(&tid, (pid + 1, e), true).await?,
@@ -758,7 +768,8 @@ async fn transaction_edges(w: &Wire, ns: &str, r: &mut Recorder) -> Fallible<()>
         "OffsetFetch require_stable after the abort",
         format!("{} offset {offset}", super::code_name(code)),
     );
-    let f = w.fetch_when_stable(&topic, 0, 0, true, 2).await?;
+    let (_, end, _) = w.list_offsets(&topic, 0, -1, READ_UNCOMMITTED).await?;
+    let f = w.fetch_when_stable(&topic, 0, 0, true, end).await?;
     put_fetch(r, "after the abort: fetch read_committed", &f, true);
     Ok(())
 }
