@@ -134,6 +134,24 @@ const FAILING_FOR_NOW: &[Known] = &[
     ),
 ];
 
+/// Gaps that show only at the common versions (TxnOffsetCommit v3, where
+/// Kafka runs transaction version 1 for it). Failing for now.
+const FAILING_FOR_NOW_AT_COMMON_VERSIONS: &[Known] = &[
+    gap(
+        "txn_edges",
+        "TxnOffsetCommit for a group never added",
+        "in an open transaction, Kafka refuses TxnOffsetCommit v3 for a group AddOffsetsToTxn never \
+         added (INVALID_TXN_STATE: the coordinator's verification) and commits nothing; the testkit \
+         adds the group implicitly (NONE), as Kafka does only from TxnOffsetCommit v5 \
+         (transaction version 2)",
+    ),
+    gap(
+        "txn_edges",
+        "the group's committed offset",
+        "as above: the offset the testkit committed for the group never added (Kafka: none, -1)",
+    ),
+];
+
 /// Gaps that show only under `WEIR_FIDELITY_VERSIONS=weir`, where Kafka
 /// gets transaction version 2's requests (EndTxn v5, Produce v12,
 /// TxnOffsetCommit v6) and the testkit its older ones. Failing for now,
@@ -306,7 +324,7 @@ async fn testkit_answers_as_kafka_4_4_does() {
         .chain(if weir_versions() {
             FAILING_FOR_NOW_AT_WEIR_VERSIONS
         } else {
-            &[]
+            FAILING_FOR_NOW_AT_COMMON_VERSIONS
         })
         .collect();
     let classify = |d: &Difference| lists.iter().find(|k| k.covers(d)).copied().copied();
@@ -412,6 +430,7 @@ fn every_listed_difference_names_a_scenario() {
     for k in DELIBERATE
         .iter()
         .chain(FAILING_FOR_NOW)
+        .chain(FAILING_FOR_NOW_AT_COMMON_VERSIONS)
         .chain(FAILING_FOR_NOW_AT_WEIR_VERSIONS)
     {
         assert!(
@@ -431,6 +450,7 @@ fn every_listed_difference_names_a_scenario() {
     assert!(
         FAILING_FOR_NOW
             .iter()
+            .chain(FAILING_FOR_NOW_AT_COMMON_VERSIONS)
             .chain(FAILING_FOR_NOW_AT_WEIR_VERSIONS)
             .all(|k| k.allowance == FailingForNow)
     );

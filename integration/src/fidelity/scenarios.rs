@@ -681,20 +681,31 @@ async fn transaction_edges(w: &Wire, ns: &str, r: &mut Recorder) -> Fallible<()>
         r.put(format!("{what}: returned"), returned);
     }
     let (pid, e) = p;
-    r.code(
+    // An EndTxn that succeeded (transaction version 2) may still be
+    // completing on Kafka: what follows is asked again through
+    // CONCURRENT_TRANSACTIONS, as a client does.
+    let code = settle(
+        r,
         "EndTxn with another producer id",
-        w.end_txn(&tid, (pid + 1, e), true).await?,
-    );
+        |c| *c,
+        || w.end_txn(&tid, (pid + 1, e), true),
+    )
+    .await?;
+    r.code("EndTxn with another producer id", code);
     r.code(
         "AddPartitionsToTxn for an unknown transactional id",
         w.add_partitions(&format!("{ns}-unknown"), p, &topic, &[0])
             .await?,
     );
-    r.code(
+    let missing = format!("{ns}-missing");
+    let code = settle(
+        r,
         "AddPartitionsToTxn of an unknown topic",
-        w.add_partitions(&tid, p, &format!("{ns}-missing"), &[0])
-            .await?,
-    );
+        |c| *c,
+        || w.add_partitions(&tid, p, &missing, &[0]),
+    )
+    .await?;
+    r.code("AddPartitionsToTxn of an unknown topic", code);
     r.code(
         "AddPartitionsToTxn of an unknown partition",
         w.add_partitions(&tid, p, &topic, &[7]).await?,
@@ -754,7 +765,13 @@ async fn transaction_edges(w: &Wire, ns: &str, r: &mut Recorder) -> Fallible<()>
         )
         .await?;
     r.code("transactional Produce with a sequence gap", code);
-    r.code("EndTxn abort", w.end_txn(&tid, p, false).await?);
+    let (code, new_pid, new_epoch) = w.end_txn_epoch(&tid, p, false).await?;
+    r.code("EndTxn abort", code);
+    let (p, next_seq) = if code == 0 && new_epoch >= 0 {
+        ((new_pid, new_epoch), 0)
+    } else {
+        (p, 1)
+    };
     let (code, offset) = w
         .poll("a stable committed offset", || {
             let (group, topic) = (&group, &topic);
@@ -771,6 +788,51 @@ async fn transaction_edges(w: &Wire, ns: &str, r: &mut Recorder) -> Fallible<()>
     let (_, end, _) = w.list_offsets(&topic, 0, -1, READ_UNCOMMITTED).await?;
     let f = w.fetch_when_stable(&topic, 0, 0, true, end).await?;
     put_fetch(r, "after the abort: fetch read_committed", &f, true);
+
+    // An open transaction (a partition added and written), then offsets
+    // for a group that AddOffsetsToTxn never added.
+    let other = format!("{ns}-other");
+    // Right after EndTxn, Kafka may still be writing the markers.
+    let code = settle(
+        r,
+        "second transaction: AddPartitionsToTxn",
+        |c| *c,
+        || w.add_partitions(&tid, p, &topic, &[0]),
+    )
+    .await?;
+    r.code("second transaction: AddPartitionsToTxn", code);
+    let (code, _) = w
+        .produce(
+            &topic,
+            0,
+            Some(&tid),
+            Writer::txn(p.0, p.1, next_seq),
+            &[Rec::value("second")],
+        )
+        .await?;
+    r.code("second transaction: Produce", code);
+    r.code(
+        "second transaction: TxnOffsetCommit for a group never added",
+        w.txn_offset_commit(&tid, p, &other, -1, "", None, &topic, 0, 7)
+            .await?,
+    );
+    r.code(
+        "second transaction: EndTxn commit",
+        w.end_txn(&tid, p, true).await?,
+    );
+    let (code, offset) = w
+        .poll("a stable committed offset", || {
+            let (other, topic) = (&other, &topic);
+            async move {
+                let (code, offset) = w.offset_fetch(other, topic, 0, true).await.ok()?;
+                (code != UNSTABLE_OFFSET_COMMIT).then_some((code, offset))
+            }
+        })
+        .await?;
+    r.put(
+        "second transaction: the group's committed offset",
+        format!("{} offset {offset}", super::code_name(code)),
+    );
     Ok(())
 }
 
