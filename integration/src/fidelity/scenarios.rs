@@ -1207,6 +1207,47 @@ async fn static_member_restart(w: &Wire, ns: &str, r: &mut Recorder) -> Fallible
         restarted.heartbeat(&group).await?,
     );
     put_group(w, r, "A restarted", &group).await?;
+
+    // The old process comes back with its old member id.
+    let meta = restarted.subscription(&topic)?;
+    let j = w
+        .join_group(&group, &old_id, Some("instance-a"), &[("range", meta)])
+        .await?;
+    r.code("A's old member id: JoinGroup", j.code);
+    let (code, _) = w
+        .sync_group(
+            &group,
+            generation,
+            &old_id,
+            Some("instance-a"),
+            "range",
+            &[],
+        )
+        .await?;
+    r.code("A's old member id: SyncGroup", code);
+
+    // The restarted A leaves for good: B rebalances alone.
+    let (top, member) = restarted
+        .w
+        .leave_group(&group, &restarted.id, Some("instance-a"))
+        .await?;
+    r.put(
+        "A leaves: LeaveGroup",
+        format!(
+            "{} / member {}",
+            super::code_name(top),
+            super::code_name(member)
+        ),
+    );
+    let mut b = b;
+    r.code("A leaves: B's heartbeat", b.until_rebalance(&group).await?);
+    let (first, j) = b.join(&group, &topic, &["range"]).await?;
+    b.joined(r, &j);
+    put_join(r, "A leaves: B", first, &j, base);
+    let (code, got) = b.sync(r, &group, &topic, 2, &j, Assignor::Range).await?;
+    r.code("A leaves: B's SyncGroup", code);
+    r.put("A leaves: B's partitions", parts(&got));
+    put_group(w, r, "A left", &group).await?;
     Ok(())
 }
 
