@@ -252,6 +252,11 @@ if [[ "${WEIR_BROKER_KIND:-}" == kafka ]]; then
     # The Kafka Streams 4.4 reference apps (compare/kafka-streams, built with Maven) run
     # with tiny inputs on the same cluster, judged by librdkafka, so they cannot rot.
     step kafka-streams-smoke "$REPO_ROOT/compare/kafka-streams/smoke.sh" "$KAFKA_BOOTSTRAP"
+    # The fidelity suite (in the tests step above) compares the testkit with Kafka at the
+    # versions both speak; once more at the versions Weir negotiates with each, where Kafka
+    # runs transaction version 2 (differences listed in tests/fidelity.rs).
+    step fidelity-weir-versions env WEIR_FIDELITY_VERSIONS=weir \
+        cargo test -p weir-integration --test fidelity -- --nocapture
     step kafka-tv1 other_kafka "4.4, transaction.version=1" --feature transaction.version=1
     step kafka-3.9 other_kafka "3.9.1" --version 3.9.1
 fi
