@@ -1,4 +1,4 @@
-//! The differential fidelity suite (issue 32, item 5): every scenario of
+//! The differential fidelity suite: every scenario of
 //! `weir_integration::fidelity` runs against weir-testkit (3 brokers, in
 //! process, over TCP, built with its defaults) and against the Apache
 //! Kafka at `$KAFKA_BOOTSTRAP`, concurrently, and their observations are
@@ -9,7 +9,7 @@
 //! Every difference is printed with both answers. A difference in
 //! [`DELIBERATE`] is allowed (and listed in `testkit/README.md` under
 //! "Known differences from Kafka 4.4"); one in [`FAILING_FOR_NOW`] is a
-//! testkit gap to be fixed (issue 32 item 4), allowed unless
+//! testkit gap to be fixed, allowed unless
 //! `WEIR_FIDELITY_STRICT=1`; any other difference fails the test.
 //!
 //! `WEIR_FIDELITY_VERSIONS=weir` sends each side the versions Weir's client
@@ -42,146 +42,56 @@ use Allowance::{Deliberate, FailingForNow};
 
 /// Differences the testkit has on purpose. Each is also listed in
 /// `testkit/README.md` under "Known differences from Kafka 4.4".
-const DELIBERATE: &[Known] = &[Known {
-    scenario: "compacted_changelog",
-    key: "records left after compaction",
-    allowance: Deliberate,
-    reason: "the testkit compacts when a test calls `cluster.compact(topic, ..)`, so a test can check \
-             exactly what compaction leaves; Kafka's cleaner runs on its own schedule \
-             (log.cleaner.backoff.ms) and never on the active segment, so right after the writes \
-             it has removed nothing. What both guarantee (each key's last record survives at its \
-             offset, offsets increase, the high watermark stays) is compared as equal",
-}];
+const DELIBERATE: &[Known] = &[
+    Known {
+        scenario: "compacted_changelog",
+        key: "records left after compaction",
+        allowance: Deliberate,
+        reason: "the testkit compacts when a test calls `cluster.compact(topic, ..)`, so a test can \
+                 check exactly what compaction leaves; Kafka's cleaner runs on its own schedule \
+                 (log.cleaner.backoff.ms) and never on the active segment, so right after the \
+                 writes it has removed nothing. What both guarantee (each key's last record \
+                 survives at its offset, offsets increase, the high watermark stays) is compared \
+                 as equal",
+    },
+    Known {
+        scenario: "initial_rebalance_delay",
+        key: "held about 3 s",
+        allowance: Deliberate,
+        reason: "group.initial.rebalance.delay.ms is 0 in the testkit by default, so that groups \
+                 form at once in tests; Kafka's is 3 s. `Cluster::builder().kafka_timing()` (or \
+                 WEIR_TESTKIT_TIMING=kafka) sets it to Kafka's",
+    },
+];
 
-/// Testkit gaps found by this suite, to be fixed in the testkit (issue 32
-/// item 4). Allowed for now; `WEIR_FIDELITY_STRICT=1` fails on them.
+/// Testkit gaps found by this suite, still to be fixed in the testkit.
+/// Allowed for now; `WEIR_FIDELITY_STRICT=1` fails on them.
 const FAILING_FOR_NOW: &[Known] = &[
     gap(
         "versions",
-        "Produce: version",
-        "K3: the testkit advertises Produce <= 9; Kafka 4.4 speaks 12 (v12: transaction version 2, \
-         partitions join a transaction implicitly)",
-    ),
-    gap(
-        "versions",
-        "ListOffsets: version",
-        "K3: the testkit advertises ListOffsets <= 7; Kafka 4.4 speaks 8 (and more than Weir's cap)",
-    ),
-    gap(
-        "versions",
-        "OffsetFetch: version",
-        "K3: the testkit advertises OffsetFetch <= 8; Kafka 4.4 speaks 9 (member id and epoch fields)",
-    ),
-    gap(
-        "versions",
         "FindCoordinator: version",
-        "K3: the testkit advertises FindCoordinator <= 4; Kafka 4.4 speaks 6",
-    ),
-    gap(
-        "versions",
-        "InitProducerId: version",
-        "K3: the testkit advertises InitProducerId <= 4; Kafka 4.4 speaks 5 (transaction version 2)",
-    ),
-    gap(
-        "versions",
-        "AddOffsetsToTxn: version",
-        "K3: the testkit advertises AddOffsetsToTxn <= 3; Kafka 4.4 speaks 4 (TRANSACTION_ABORTABLE)",
-    ),
-    gap(
-        "versions",
-        "EndTxn: version",
-        "K1/K3: the testkit advertises EndTxn <= 3; Kafka 4.4 speaks 5 (v5: the epoch is bumped at \
-         every EndTxn and returned)",
+        "the testkit advertises FindCoordinator <= 4; Kafka 4.4 speaks 6",
     ),
     gap(
         "versions",
         "TxnOffsetCommit: version",
-        "K3: the testkit advertises TxnOffsetCommit <= 3; Kafka 4.4 speaks 6 (v5: transaction version 2)",
+        "the testkit advertises TxnOffsetCommit <= 5; Kafka 4.4 speaks 6",
     ),
     gap(
         "versions",
         "DescribeGroups: version",
-        "K3: the testkit advertises DescribeGroups <= 5; Kafka 4.4 speaks 6",
-    ),
-    gap(
-        "versions",
-        "finalized transaction.version",
-        "K1: the testkit reports no finalized transaction.version; a fresh Kafka 4.4 cluster reports 2",
-    ),
-    gap(
-        "tv2_end_txn",
-        "",
-        "K1: at the versions Weir negotiates, Kafka 4.4 runs transaction version 2 (EndTxn v5 bumps \
-         and returns the epoch, the old epoch is fenced) and the testkit transaction version 1",
-    ),
-    gap(
-        "txn_timeout",
-        "next: InitProducerId naming its epoch",
-        "KIP-360: after the coordinator aborted a timed-out transaction (bumping the epoch), Kafka \
-         4.4 with transaction.version=2 lets the producer recover with InitProducerId naming its \
-         old epoch (even at v4) and returns the bumped epoch; the testkit answers PRODUCER_FENCED, \
-         as Kafka 4.4 does with transaction.version=1",
-    ),
-    gap(
-        "txn_timeout",
-        "next: epoch",
-        "KIP-360, as above: the epoch Kafka returns to the recovering producer",
-    ),
-    gap(
-        "initial_rebalance_delay",
-        "held about 3 s",
-        "K4: the testkit's group.initial.rebalance.delay.ms defaults to 0; Kafka's to 3 s",
+        "the testkit advertises DescribeGroups <= 5; Kafka 4.4 speaks 6",
     ),
 ];
 
-/// Gaps that show only at the common versions (TxnOffsetCommit v3, where
-/// Kafka runs transaction version 1 for it). Failing for now.
-const FAILING_FOR_NOW_AT_COMMON_VERSIONS: &[Known] = &[
-    gap(
-        "txn_edges",
-        "TxnOffsetCommit for a group never added",
-        "in an open transaction, Kafka refuses TxnOffsetCommit v3 for a group AddOffsetsToTxn never \
-         added (INVALID_TXN_STATE: the coordinator's verification) and commits nothing; the testkit \
-         adds the group implicitly (NONE), as Kafka does only from TxnOffsetCommit v5 \
-         (transaction version 2)",
-    ),
-    gap(
-        "txn_edges",
-        "the group's committed offset",
-        "as above: the offset the testkit committed for the group never added (Kafka: none, -1)",
-    ),
-];
+/// Gaps that show only at the common versions. None left.
+const FAILING_FOR_NOW_AT_COMMON_VERSIONS: &[Known] = &[];
 
 /// Gaps that show only under `WEIR_FIDELITY_VERSIONS=weir`, where Kafka
 /// gets transaction version 2's requests (EndTxn v5, Produce v12,
 /// TxnOffsetCommit v6) and the testkit its older ones. Failing for now,
 /// like [`FAILING_FOR_NOW`].
-const FAILING_FOR_NOW_AT_WEIR_VERSIONS: &[Known] = &[
-    gap(
-        "txn_timeout",
-        "next: EndTxn commit",
-        "K1: after a timeout abort, Kafka answers EndTxn v5 at the producer's old epoch with \
-         INVALID_TXN_STATE; the testkit (EndTxn v3) with PRODUCER_FENCED",
-    ),
-    gap(
-        "txn_edges",
-        "EndTxn abort with no transaction",
-        "K1: at transaction version 2 Kafka accepts an EndTxn abort with no transaction and bumps \
-         the epoch (+1, returned); the testkit answers INVALID_TXN_STATE",
-    ),
-    gap(
-        "txn_edges",
-        "transactional Produce before AddPartitionsToTxn",
-        "K1: Produce v12 adds the partition to the transaction implicitly on Kafka; the testkit \
-         (Produce v9) answers INVALID_TXN_STATE",
-    ),
-    gap(
-        "txn_edges",
-        "TxnOffsetCommit before AddOffsetsToTxn",
-        "K1: TxnOffsetCommit v5+ adds the group to the transaction implicitly on Kafka; the testkit \
-         (TxnOffsetCommit v3) answers INVALID_TXN_STATE",
-    ),
-];
+const FAILING_FOR_NOW_AT_WEIR_VERSIONS: &[Known] = &[];
 
 const fn gap(scenario: &'static str, key: &'static str, reason: &'static str) -> Known {
     Known {

@@ -1,4 +1,4 @@
-//! The differential fidelity suite (issue 32, item 5): scripted scenarios
+//! The differential fidelity suite: scripted scenarios
 //! run against weir-testkit and against Apache Kafka 4.4, their observable
 //! answers compared.
 //!
@@ -179,7 +179,7 @@ pub enum Allowance {
     /// The testkit differs on purpose; the reason says why (and
     /// `testkit/README.md` lists it under "Known differences from Kafka 4.4").
     Deliberate,
-    /// A gap in the testkit, to be fixed (issue 32 item 4): allowed for
+    /// A gap in the testkit, to be fixed: allowed for
     /// now, a failure under `WEIR_FIDELITY_STRICT=1`.
     FailingForNow,
 }

@@ -196,6 +196,11 @@ impl ClusterState {
         let mut txns = TxnCoordinator::default();
         txns.config.marker_delay = config.txn_marker_delay;
         txns.config.abort_scan_interval = config.txn_abort_scan_interval;
+        txns.config.transaction_version = if config.transaction_partition_verification {
+            config.transaction_version
+        } else {
+            0
+        };
         Self {
             config,
             brokers,

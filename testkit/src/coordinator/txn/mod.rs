@@ -48,6 +48,8 @@ pub struct TxnConfig {
     /// at the first multiple of this period (counted from the
     /// coordinator's first transaction) at or after it, as Kafka's scan.
     pub abort_scan_interval: Duration,
+    /// The cluster's finalized `transaction.version` (0 to 2).
+    pub transaction_version: i16,
 }
 
 impl Default for TxnConfig {
@@ -57,6 +59,7 @@ impl Default for TxnConfig {
             first_producer_id: 1000,
             marker_delay: Duration::ZERO,
             abort_scan_interval: Duration::ZERO,
+            transaction_version: 0,
         }
     }
 }
@@ -690,8 +693,15 @@ impl TxnCoordinator {
             return;
         };
         if meta.deadline().is_some_and(|d| d <= now) {
+            // On a cluster of transaction version 2 Kafka 4.4 aborts as a
+            // version-2 end (checked against it): the epoch before the bump
+            // is kept, so the producer can recover with InitProducerId
+            // naming it (KIP-360), and its own late EndTxn counts as a
+            // retry (INVALID_TXN_STATE for a commit, not PRODUCER_FENCED).
+            let tv2 = self.config.transaction_version >= 2;
+            meta.last_producer_epoch = if tv2 { meta.producer_epoch } else { -1 };
+            meta.client_tv2 = tv2;
             meta.producer_epoch = meta.producer_epoch.saturating_add(1);
-            meta.last_producer_epoch = -1;
             debug!(
                 transactional_id = tid,
                 producer_id = meta.producer_id,
