@@ -220,7 +220,9 @@ cmd_start() {
     local deadline=$((started + START_TIMEOUT * 1000)) ready
     while true; do
         for ((i = 1; i <= nodes; i++)); do
-            if ! node_pid "$i" >/dev/null; then
+            # Alive is enough here: right after the fork the process may not
+            # have exec'd java yet, so its command line is not Kafka's.
+            if ! kill -0 "$(cat "$RUN_DIR/node$i/pid")" 2>/dev/null; then
                 say "node $i exited during start; last lines of $RUN_DIR/node$i/kafka.log:"
                 tail -n 15 "$RUN_DIR/node$i/kafka.log" >&2 || true
                 cmd_stop >/dev/null 2>&1 || true
