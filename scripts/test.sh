@@ -17,8 +17,8 @@
 #    and a rolling deploy of wordcount processes (scripts/rolling_deploy_procs.py), each on
 #    weir-testkit and on the Kafka cluster, the transaction and streams suites again on
 #    Kafka 4.4 formatted with transaction.version=1 and on Kafka 3.9 (one node each), the
-#    Kafka Streams 4.4 reference apps' smoke run (compare/kafka-streams/smoke.sh),
-#    doc tests, a compile check of the fuzz targets, and benches/peers built and run once
+#    Kafka Streams 4.4 reference apps' smoke run (compare/kafka-streams/smoke.sh), the
+#    testkit-against-Kafka fidelity suite once more at the versions Weir negotiates, doc tests, a compile check of the fuzz targets, and benches/peers built and run once
 #    with tiny sizes (scripts/peers_smoke.sh; under CI it apt-get installs librocksdb-dev
 #    and libclang-dev).
 #
