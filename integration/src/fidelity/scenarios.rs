@@ -261,6 +261,81 @@ where
     }
 }
 
+/// InitProducerId for `tid`, recorded under `what`; returns the producer
+/// id and epoch.
+async fn init_txn(
+    w: &Wire,
+    r: &mut Recorder,
+    what: &str,
+    tid: &str,
+    timeout_ms: i32,
+) -> Fallible<(i64, i16)> {
+    let (code, pid, epoch) = w.init_producer_id(tid, timeout_ms, None).await?;
+    put_producer(r, what, code, pid);
+    Ok((pid, epoch))
+}
+
+/// Produces one record `value` to partition 0 of `topic` in `tid`'s
+/// transaction, as `producer` (id, epoch) at `sequence`: the code and base
+/// offset.
+async fn txn_produce(
+    w: &Wire,
+    topic: &str,
+    tid: &str,
+    producer: (i64, i16),
+    sequence: i32,
+    value: &str,
+) -> Fallible<(i16, i64)> {
+    let writer = Writer::txn(producer.0, producer.1, sequence);
+    w.produce(topic, 0, Some(tid), writer, &[Rec::value(value)])
+        .await
+}
+
+/// Creates `topic` (one partition), gets a producer for `tid` and adds
+/// partition 0 to its transaction, recording each step under `prefix`
+/// ("{prefix}InitProducerId", "{prefix}AddPartitionsToTxn"); returns the
+/// producer id and epoch.
+async fn begin_txn(
+    w: &Wire,
+    r: &mut Recorder,
+    prefix: &str,
+    topic: &str,
+    tid: &str,
+    timeout_ms: i32,
+) -> Fallible<(i64, i16)> {
+    w.create_topic(topic, 1, &[]).await?;
+    let (pid, epoch) = init_txn(w, r, &format!("{prefix}InitProducerId"), tid, timeout_ms).await?;
+    let code = w.add_partitions(tid, (pid, epoch), topic, &[0]).await?;
+    r.code(format!("{prefix}AddPartitionsToTxn"), code);
+    Ok((pid, epoch))
+}
+
+/// [`begin_txn`], then one transactional record `value` at sequence 0,
+/// recorded as "{prefix}Produce"; returns the producer id and epoch.
+async fn open_txn_with_one_record(
+    w: &Wire,
+    r: &mut Recorder,
+    prefix: &str,
+    topic: &str,
+    tid: &str,
+    value: &str,
+) -> Fallible<(i64, i16)> {
+    let (pid, epoch) = begin_txn(w, r, prefix, topic, tid, LONG_TXN_TIMEOUT_MS).await?;
+    let (code, _) = txn_produce(w, topic, tid, (pid, epoch), 0, value).await?;
+    r.code(format!("{prefix}Produce"), code);
+    Ok((pid, epoch))
+}
+
+/// OffsetFetch (require_stable) of partition 0 until the offsets are no
+/// longer pending: (code, committed offset).
+async fn stable_offset(w: &Wire, group: &str, topic: &str) -> Fallible<(i16, i64)> {
+    w.poll("a stable committed offset", || async move {
+        let (code, offset) = w.offset_fetch(group, topic, 0, true).await.ok()?;
+        (code != UNSTABLE_OFFSET_COMMIT).then_some((code, offset))
+    })
+    .await
+}
+
 // ---- versions ----
 
 async fn versions(w: &Wire, r: &mut Recorder) -> Fallible<()> {
@@ -283,8 +358,7 @@ async fn open_transaction(w: &Wire, ns: &str, r: &mut Recorder, commit: bool) ->
     let topic = format!("{ns}-t");
     let tid = format!("{ns}-tx");
     w.create_topic(&topic, 1, &[]).await?;
-    let (code, pid, epoch) = w.init_producer_id(&tid, LONG_TXN_TIMEOUT_MS, None).await?;
-    put_producer(r, "InitProducerId", code, pid);
+    let (pid, epoch) = init_txn(w, r, "InitProducerId", &tid, LONG_TXN_TIMEOUT_MS).await?;
     let (code, offset) = w
         .produce(&topic, 0, None, Writer::PLAIN, &[Rec::value("a")])
         .await?;
@@ -363,23 +437,7 @@ async fn zombie_fenced(w: &Wire, ns: &str, r: &mut Recorder) -> Fallible<()> {
     let topic = format!("{ns}-t");
     let tid = format!("{ns}-tx");
     let group = format!("{ns}-g");
-    w.create_topic(&topic, 1, &[]).await?;
-    let (code, pid, e0) = w.init_producer_id(&tid, LONG_TXN_TIMEOUT_MS, None).await?;
-    put_producer(r, "zombie InitProducerId", code, pid);
-    r.code(
-        "zombie AddPartitionsToTxn",
-        w.add_partitions(&tid, (pid, e0), &topic, &[0]).await?,
-    );
-    let (code, _) = w
-        .produce(
-            &topic,
-            0,
-            Some(&tid),
-            Writer::txn(pid, e0, 0),
-            &[Rec::value("z1")],
-        )
-        .await?;
-    r.code("zombie Produce", code);
+    let (pid, e0) = open_txn_with_one_record(w, r, "zombie ", &topic, &tid, "z1").await?;
 
     let (answers, (code, pid1, e1)) = init_until_settled(w, &tid, LONG_TXN_TIMEOUT_MS).await?;
     r.put("new owner InitProducerId answers", answers);
@@ -390,15 +448,7 @@ async fn zombie_fenced(w: &Wire, ns: &str, r: &mut Recorder) -> Fallible<()> {
     );
 
     // Everything the zombie may send next, at its old epoch.
-    let (code, _) = w
-        .produce(
-            &topic,
-            0,
-            Some(&tid),
-            Writer::txn(pid, e0, 1),
-            &[Rec::value("z2")],
-        )
-        .await?;
+    let (code, _) = txn_produce(w, &topic, &tid, (pid, e0), 1, "z2").await?;
     r.code("fenced: Produce", code);
     r.code(
         "fenced: AddPartitionsToTxn",
@@ -435,23 +485,7 @@ async fn zombie_fenced(w: &Wire, ns: &str, r: &mut Recorder) -> Fallible<()> {
 async fn init_pid_while_open(w: &Wire, ns: &str, r: &mut Recorder) -> Fallible<()> {
     let topic = format!("{ns}-t");
     let tid = format!("{ns}-tx");
-    w.create_topic(&topic, 1, &[]).await?;
-    let (code, pid, e0) = w.init_producer_id(&tid, LONG_TXN_TIMEOUT_MS, None).await?;
-    put_producer(r, "old owner InitProducerId", code, pid);
-    r.code(
-        "old owner AddPartitionsToTxn",
-        w.add_partitions(&tid, (pid, e0), &topic, &[0]).await?,
-    );
-    let (code, _) = w
-        .produce(
-            &topic,
-            0,
-            Some(&tid),
-            Writer::txn(pid, e0, 0),
-            &[Rec::value("old")],
-        )
-        .await?;
-    r.code("old owner Produce", code);
+    let (_, e0) = open_txn_with_one_record(w, r, "old owner ", &topic, &tid, "old").await?;
 
     let started = Instant::now();
     let (answers, (code, pid1, e1)) = init_until_settled(w, &tid, LONG_TXN_TIMEOUT_MS).await?;
@@ -472,15 +506,7 @@ async fn init_pid_while_open(w: &Wire, ns: &str, r: &mut Recorder) -> Fallible<(
         "new owner AddPartitionsToTxn",
         w.add_partitions(&tid, (pid1, e1), &topic, &[0]).await?,
     );
-    let (code, offset) = w
-        .produce(
-            &topic,
-            0,
-            Some(&tid),
-            Writer::txn(pid1, e1, 0),
-            &[Rec::value("new")],
-        )
-        .await?;
+    let (code, offset) = txn_produce(w, &topic, &tid, (pid1, e1), 0, "new").await?;
     r.put(
         "new owner Produce",
         format!("{}@{offset}", super::code_name(code)),
@@ -509,19 +535,10 @@ async fn transaction_version_2(w: &Wire, ns: &str, r: &mut Recorder) -> Fallible
             negotiated.get(&(api as i16)).copied().unwrap_or(-1),
         );
     }
-    let (code, pid, e0) = w.init_producer_id(&tid, LONG_TXN_TIMEOUT_MS, None).await?;
-    put_producer(r, "InitProducerId", code, pid);
+    let (pid, e0) = init_txn(w, r, "InitProducerId", &tid, LONG_TXN_TIMEOUT_MS).await?;
     // No AddPartitionsToTxn: at transaction version 2 the partition leader
     // adds the partition when the first transactional batch arrives.
-    let (code, _) = w
-        .produce(
-            &topic,
-            0,
-            Some(&tid),
-            Writer::txn(pid, e0, 0),
-            &[Rec::value("one")],
-        )
-        .await?;
+    let (code, _) = txn_produce(w, &topic, &tid, (pid, e0), 0, "one").await?;
     r.code(
         "first transaction: Produce without AddPartitionsToTxn",
         code,
@@ -538,25 +555,9 @@ async fn transaction_version_2(w: &Wire, ns: &str, r: &mut Recorder) -> Fallible
     // The next transaction at the epoch EndTxn returned, or the old one.
     let e = if e1 < 0 { e0 } else { e1 };
     let p = if e1 < 0 { pid } else { pid1 };
-    let (code, _) = w
-        .produce(
-            &topic,
-            0,
-            Some(&tid),
-            Writer::txn(pid, e0, 1),
-            &[Rec::value("stale")],
-        )
-        .await?;
+    let (code, _) = txn_produce(w, &topic, &tid, (pid, e0), 1, "stale").await?;
     r.code("second transaction: Produce at the first epoch", code);
-    let (code, _) = w
-        .produce(
-            &topic,
-            0,
-            Some(&tid),
-            Writer::txn(p, e, if e1 < 0 { 1 } else { 0 }),
-            &[Rec::value("two")],
-        )
-        .await?;
+    let (code, _) = txn_produce(w, &topic, &tid, (p, e), if e1 < 0 { 1 } else { 0 }, "two").await?;
     r.code("second transaction: Produce at the returned epoch", code);
     let (code, _, e2) = w.end_txn_epoch(&tid, (p, e), true).await?;
     r.code("second transaction: EndTxn commit", code);
@@ -578,23 +579,9 @@ async fn transaction_version_2(w: &Wire, ns: &str, r: &mut Recorder) -> Fallible
 async fn transaction_timeout(w: &Wire, ns: &str, r: &mut Recorder) -> Fallible<()> {
     let topic = format!("{ns}-t");
     let tid = format!("{ns}-tx");
-    w.create_topic(&topic, 1, &[]).await?;
-    let (code, pid, e0) = w.init_producer_id(&tid, SHORT_TXN_TIMEOUT_MS, None).await?;
-    put_producer(r, "InitProducerId", code, pid);
-    r.code(
-        "AddPartitionsToTxn",
-        w.add_partitions(&tid, (pid, e0), &topic, &[0]).await?,
-    );
+    let (pid, e0) = begin_txn(w, r, "", &topic, &tid, SHORT_TXN_TIMEOUT_MS).await?;
     let started = Instant::now();
-    let (code, _) = w
-        .produce(
-            &topic,
-            0,
-            Some(&tid),
-            Writer::txn(pid, e0, 0),
-            &[Rec::value("late")],
-        )
-        .await?;
+    let (code, _) = txn_produce(w, &topic, &tid, (pid, e0), 0, "late").await?;
     r.code("Produce", code);
 
     // The coordinator aborts it: the abort marker makes the LSO pass it.
@@ -608,15 +595,7 @@ async fn transaction_timeout(w: &Wire, ns: &str, r: &mut Recorder) -> Fallible<(
     r.put("timed out: markers", f.markers().join(" "));
 
     // What the producer sees next, at its epoch.
-    let (code, _) = w
-        .produce(
-            &topic,
-            0,
-            Some(&tid),
-            Writer::txn(pid, e0, 1),
-            &[Rec::value("later")],
-        )
-        .await?;
+    let (code, _) = txn_produce(w, &topic, &tid, (pid, e0), 1, "later").await?;
     r.code("next: Produce", code);
     let code = settle(
         r,
@@ -660,8 +639,7 @@ async fn transaction_edges(w: &Wire, ns: &str, r: &mut Recorder) -> Fallible<()>
         "InitProducerId with a timeout above transaction.max.timeout.ms",
         code,
     );
-    let (code, pid, e) = w.init_producer_id(&tid, LONG_TXN_TIMEOUT_MS, None).await?;
-    put_producer(r, "InitProducerId", code, pid);
+    let (pid, e) = init_txn(w, r, "InitProducerId", &tid, LONG_TXN_TIMEOUT_MS).await?;
     let mut p = (pid, e);
     // At transaction version 2 (EndTxn v5) an EndTxn that succeeds bumps
     // the epoch and returns it; a client goes on with the one returned.
@@ -710,15 +688,7 @@ async fn transaction_edges(w: &Wire, ns: &str, r: &mut Recorder) -> Fallible<()>
         "AddPartitionsToTxn of an unknown partition",
         w.add_partitions(&tid, p, &topic, &[7]).await?,
     );
-    let (code, _) = w
-        .produce(
-            &topic,
-            0,
-            Some(&tid),
-            Writer::txn(pid, e, 0),
-            &[Rec::value("early")],
-        )
-        .await?;
+    let (code, _) = txn_produce(w, &topic, &tid, (pid, e), 0, "early").await?;
     r.code("transactional Produce before AddPartitionsToTxn", code);
     r.code(
         "TxnOffsetCommit before AddOffsetsToTxn",
@@ -745,25 +715,9 @@ async fn transaction_edges(w: &Wire, ns: &str, r: &mut Recorder) -> Fallible<()>
         "AddPartitionsToTxn",
         w.add_partitions(&tid, p, &topic, &[0]).await?,
     );
-    let (code, _) = w
-        .produce(
-            &topic,
-            0,
-            Some(&tid),
-            Writer::txn(pid, e, 0),
-            &[Rec::value("x")],
-        )
-        .await?;
+    let (code, _) = txn_produce(w, &topic, &tid, (pid, e), 0, "x").await?;
     r.code("transactional Produce", code);
-    let (code, _) = w
-        .produce(
-            &topic,
-            0,
-            Some(&tid),
-            Writer::txn(pid, e, 5),
-            &[Rec::value("gap")],
-        )
-        .await?;
+    let (code, _) = txn_produce(w, &topic, &tid, (pid, e), 5, "gap").await?;
     r.code("transactional Produce with a sequence gap", code);
     let (code, new_pid, new_epoch) = w.end_txn_epoch(&tid, p, false).await?;
     r.code("EndTxn abort", code);
@@ -772,15 +726,7 @@ async fn transaction_edges(w: &Wire, ns: &str, r: &mut Recorder) -> Fallible<()>
     } else {
         (p, 1)
     };
-    let (code, offset) = w
-        .poll("a stable committed offset", || {
-            let (group, topic) = (&group, &topic);
-            async move {
-                let (code, offset) = w.offset_fetch(group, topic, 0, true).await.ok()?;
-                (code != UNSTABLE_OFFSET_COMMIT).then_some((code, offset))
-            }
-        })
-        .await?;
+    let (code, offset) = stable_offset(w, &group, &topic).await?;
     r.put(
         "OffsetFetch require_stable after the abort",
         format!("{} offset {offset}", super::code_name(code)),
@@ -801,15 +747,7 @@ async fn transaction_edges(w: &Wire, ns: &str, r: &mut Recorder) -> Fallible<()>
     )
     .await?;
     r.code("second transaction: AddPartitionsToTxn", code);
-    let (code, _) = w
-        .produce(
-            &topic,
-            0,
-            Some(&tid),
-            Writer::txn(p.0, p.1, next_seq),
-            &[Rec::value("second")],
-        )
-        .await?;
+    let (code, _) = txn_produce(w, &topic, &tid, p, next_seq, "second").await?;
     r.code("second transaction: Produce", code);
     r.code(
         "second transaction: TxnOffsetCommit for a group never added",
@@ -820,15 +758,7 @@ async fn transaction_edges(w: &Wire, ns: &str, r: &mut Recorder) -> Fallible<()>
         "second transaction: EndTxn commit",
         w.end_txn(&tid, p, true).await?,
     );
-    let (code, offset) = w
-        .poll("a stable committed offset", || {
-            let (other, topic) = (&other, &topic);
-            async move {
-                let (code, offset) = w.offset_fetch(other, topic, 0, true).await.ok()?;
-                (code != UNSTABLE_OFFSET_COMMIT).then_some((code, offset))
-            }
-        })
-        .await?;
+    let (code, offset) = stable_offset(w, &other, &topic).await?;
     r.put(
         "second transaction: the group's committed offset",
         format!("{} offset {offset}", super::code_name(code)),
@@ -1116,8 +1046,7 @@ async fn txn_offset_commit_generations(w: &Wire, ns: &str, r: &mut Recorder) -> 
     let stale = base;
     let current = a.generation;
 
-    let (code, pid, epoch) = w.init_producer_id(&tid, LONG_TXN_TIMEOUT_MS, None).await?;
-    put_producer(r, "InitProducerId", code, pid);
+    let (pid, epoch) = init_txn(w, r, "InitProducerId", &tid, LONG_TXN_TIMEOUT_MS).await?;
     r.code(
         "AddOffsetsToTxn",
         w.add_offsets(&tid, (pid, epoch), &group).await?,
@@ -1144,15 +1073,7 @@ async fn txn_offset_commit_generations(w: &Wire, ns: &str, r: &mut Recorder) -> 
         reset_code,
     );
     r.code("EndTxn commit", w.end_txn(&tid, p, true).await?);
-    let (code, offset) = w
-        .poll("a stable committed offset", || {
-            let (group, topic) = (&group, &topic);
-            async move {
-                let (code, offset) = w.offset_fetch(group, topic, 0, true).await.ok()?;
-                (code != UNSTABLE_OFFSET_COMMIT).then_some((code, offset))
-            }
-        })
-        .await?;
+    let (code, offset) = stable_offset(w, &group, &topic).await?;
     r.code("OffsetFetch require_stable", code);
     r.put(
         "committed offset (4: current member last, 2: reset member)",

@@ -309,6 +309,10 @@ fn err(e: impl std::fmt::Display) -> String {
     e.to_string()
 }
 
+/// How long JoinGroup and SyncGroup wait for the coordinator's answer (it
+/// holds them while a rebalance is under way).
+const GROUP_HOLD: Duration = Duration::from_secs(40);
+
 /// Codes that only say "ask again or elsewhere", on either side, while a
 /// coordinator is being found or loaded: retried by the helpers, never
 /// observed.
@@ -517,6 +521,74 @@ impl Wire {
             }
             tokio::time::sleep(POLL_EVERY).await;
         }
+    }
+
+    /// Sends `req` on `lane` to the coordinator of `key` until the code
+    /// `answer` reads from the response is not a coordinator-moving or
+    /// loading one; returns what `answer` made of the last response. With
+    /// `held`, the request waits that long for its response (JoinGroup and
+    /// SyncGroup, which the coordinator holds during a rebalance); without,
+    /// it is sent at the version both sides speak.
+    async fn ask_coordinator<Q, T>(
+        &self,
+        kind: CoordinatorKind,
+        key: &str,
+        lane: Lane,
+        req: &Q,
+        held: Option<Duration>,
+        answer: impl Fn(Q::Response) -> Fallible<(i16, T)>,
+    ) -> Fallible<T>
+    where
+        Q: Request,
+        Q::Response: ThrottleTime,
+    {
+        let answer = &answer;
+        self.at_coordinator(kind, key, |b| async move {
+            let r = match held {
+                Some(timeout) => self
+                    .cluster
+                    .request_with_timeout(b, lane, req, timeout)
+                    .await
+                    .map_err(err)?,
+                None => self.send(b, lane, req).await?,
+            };
+            answer(r)
+        })
+        .await
+    }
+
+    /// [`Self::ask_coordinator`] at the transaction coordinator of
+    /// `transactional_id`, on the transaction lane.
+    async fn ask_txn_coordinator<Q, T>(
+        &self,
+        transactional_id: &str,
+        req: &Q,
+        answer: impl Fn(Q::Response) -> Fallible<(i16, T)>,
+    ) -> Fallible<T>
+    where
+        Q: Request,
+        Q::Response: ThrottleTime,
+    {
+        let kind = CoordinatorKind::Transaction;
+        self.ask_coordinator(kind, transactional_id, Lane::Transaction, req, None, answer)
+            .await
+    }
+
+    /// [`Self::ask_coordinator`] at the group coordinator of `group`.
+    async fn ask_group_coordinator<Q, T>(
+        &self,
+        group: &str,
+        lane: Lane,
+        req: &Q,
+        held: Option<Duration>,
+        answer: impl Fn(Q::Response) -> Fallible<(i16, T)>,
+    ) -> Fallible<T>
+    where
+        Q: Request,
+        Q::Response: ThrottleTime,
+    {
+        self.ask_coordinator(CoordinatorKind::Group, group, lane, req, held, answer)
+            .await
     }
 
     // ---- produce, fetch, offsets ----
@@ -830,15 +902,11 @@ impl Wire {
             .with_transaction_timeout_ms(timeout_ms)
             .with_producer_id(ProducerId(pid))
             .with_producer_epoch(epoch);
-        self.at_coordinator(CoordinatorKind::Transaction, transactional_id, |b| {
-            let req = &req;
-            async move {
-                let r = self.send(b, Lane::Transaction, req).await?;
-                Ok((
-                    r.error_code,
-                    (r.error_code, r.producer_id.0, r.producer_epoch),
-                ))
-            }
+        self.ask_txn_coordinator(transactional_id, &req, |r| {
+            Ok((
+                r.error_code,
+                (r.error_code, r.producer_id.0, r.producer_epoch),
+            ))
         })
         .await
     }
@@ -887,21 +955,17 @@ impl Wire {
                     .with_name(TopicName(s(topic)))
                     .with_partitions(partitions.to_vec()),
             ]);
-        self.at_coordinator(CoordinatorKind::Transaction, transactional_id, |b| {
-            let req = &req;
-            async move {
-                let r = self.send(b, Lane::Transaction, req).await?;
-                let code = std::iter::once(r.error_code)
-                    .chain(
-                        r.results_by_topic_v3_and_below
-                            .iter()
-                            .flat_map(|t| t.results_by_partition.iter())
-                            .map(|p| p.partition_error_code),
-                    )
-                    .find(|c| *c != 0)
-                    .unwrap_or(0);
-                Ok((code, code))
-            }
+        self.ask_txn_coordinator(transactional_id, &req, |r| {
+            let code = std::iter::once(r.error_code)
+                .chain(
+                    r.results_by_topic_v3_and_below
+                        .iter()
+                        .flat_map(|t| t.results_by_partition.iter())
+                        .map(|p| p.partition_error_code),
+                )
+                .find(|c| *c != 0)
+                .unwrap_or(0);
+            Ok((code, code))
         })
         .await
     }
@@ -921,14 +985,8 @@ impl Wire {
             .with_producer_id(ProducerId(producer.0))
             .with_producer_epoch(producer.1)
             .with_group_id(GroupId(s(group)));
-        self.at_coordinator(CoordinatorKind::Transaction, transactional_id, |b| {
-            let req = &req;
-            async move {
-                let r = self.send(b, Lane::Transaction, req).await?;
-                Ok((r.error_code, r.error_code))
-            }
-        })
-        .await
+        self.ask_txn_coordinator(transactional_id, &req, |r| Ok((r.error_code, r.error_code)))
+            .await
     }
 
     /// EndTxn: its code.
@@ -963,15 +1021,11 @@ impl Wire {
             .with_producer_id(ProducerId(producer.0))
             .with_producer_epoch(producer.1)
             .with_committed(commit);
-        self.at_coordinator(CoordinatorKind::Transaction, transactional_id, |b| {
-            let req = &req;
-            async move {
-                let r = self.send(b, Lane::Transaction, req).await?;
-                Ok((
-                    r.error_code,
-                    (r.error_code, r.producer_id.0, r.producer_epoch),
-                ))
-            }
+        self.ask_txn_coordinator(transactional_id, &req, |r| {
+            Ok((
+                r.error_code,
+                (r.error_code, r.producer_id.0, r.producer_epoch),
+            ))
         })
         .await
     }
@@ -1012,18 +1066,14 @@ impl Wire {
                             .with_committed_leader_epoch(-1),
                     ]),
             ]);
-        self.at_coordinator(CoordinatorKind::Group, group, |b| {
-            let req = &req;
-            async move {
-                let r = self.send(b, Lane::Transaction, req).await?;
-                let code = r
-                    .topics
-                    .first()
-                    .and_then(|t| t.partitions.first())
-                    .map(|p| p.error_code)
-                    .ok_or("empty TxnOffsetCommit response")?;
-                Ok((code, code))
-            }
+        self.ask_group_coordinator(group, Lane::Transaction, &req, None, |r| {
+            let code = r
+                .topics
+                .first()
+                .and_then(|t| t.partitions.first())
+                .map(|p| p.error_code)
+                .ok_or("empty TxnOffsetCommit response")?;
+            Ok((code, code))
         })
         .await
     }
@@ -1059,37 +1109,29 @@ impl Wire {
                     })
                     .collect(),
             );
-        self.at_coordinator(CoordinatorKind::Group, group, |b| {
-            let req = &req;
-            async move {
-                let r = self
-                    .cluster
-                    .request_with_timeout(b, Lane::Coordinator, req, Duration::from_secs(40))
-                    .await
-                    .map_err(err)?;
-                Ok((
-                    r.error_code,
-                    Joined {
-                        code: r.error_code,
-                        generation: r.generation_id,
-                        member_id: r.member_id.to_string(),
-                        leader: r.leader.to_string(),
-                        protocol: r.protocol_name.as_ref().map(ToString::to_string),
-                        skip_assignment: r.skip_assignment,
-                        members: r
-                            .members
-                            .iter()
-                            .map(|m| {
-                                (
-                                    m.member_id.to_string(),
-                                    m.group_instance_id.as_ref().map(ToString::to_string),
-                                    m.metadata.clone(),
-                                )
-                            })
-                            .collect(),
-                    },
-                ))
-            }
+        self.ask_group_coordinator(group, Lane::Coordinator, &req, Some(GROUP_HOLD), |r| {
+            Ok((
+                r.error_code,
+                Joined {
+                    code: r.error_code,
+                    generation: r.generation_id,
+                    member_id: r.member_id.to_string(),
+                    leader: r.leader.to_string(),
+                    protocol: r.protocol_name.as_ref().map(ToString::to_string),
+                    skip_assignment: r.skip_assignment,
+                    members: r
+                        .members
+                        .iter()
+                        .map(|m| {
+                            (
+                                m.member_id.to_string(),
+                                m.group_instance_id.as_ref().map(ToString::to_string),
+                                m.metadata.clone(),
+                            )
+                        })
+                        .collect(),
+                },
+            ))
         })
         .await
     }
@@ -1125,16 +1167,8 @@ impl Wire {
                     })
                     .collect(),
             );
-        self.at_coordinator(CoordinatorKind::Group, group, |b| {
-            let req = &req;
-            async move {
-                let r = self
-                    .cluster
-                    .request_with_timeout(b, Lane::Coordinator, req, Duration::from_secs(40))
-                    .await
-                    .map_err(err)?;
-                Ok((r.error_code, (r.error_code, r.assignment.clone())))
-            }
+        self.ask_group_coordinator(group, Lane::Coordinator, &req, Some(GROUP_HOLD), |r| {
+            Ok((r.error_code, (r.error_code, r.assignment.clone())))
         })
         .await
     }
@@ -1155,12 +1189,8 @@ impl Wire {
             .with_generation_id(generation)
             .with_member_id(s(member_id))
             .with_group_instance_id(instance_id.map(s));
-        self.at_coordinator(CoordinatorKind::Group, group, |b| {
-            let req = &req;
-            async move {
-                let r = self.send(b, Lane::Heartbeat, req).await?;
-                Ok((r.error_code, r.error_code))
-            }
+        self.ask_group_coordinator(group, Lane::Heartbeat, &req, None, |r| {
+            Ok((r.error_code, r.error_code))
         })
         .await
     }
@@ -1182,13 +1212,9 @@ impl Wire {
                     .with_member_id(s(member_id))
                     .with_group_instance_id(instance_id.map(s)),
             ]);
-        self.at_coordinator(CoordinatorKind::Group, group, |b| {
-            let req = &req;
-            async move {
-                let r = self.send(b, Lane::Heartbeat, req).await?;
-                let member = r.members.first().map_or(-1, |m| m.error_code);
-                Ok((r.error_code, (r.error_code, member)))
-            }
+        self.ask_group_coordinator(group, Lane::Heartbeat, &req, None, |r| {
+            let member = r.members.first().map_or(-1, |m| m.error_code);
+            Ok((r.error_code, (r.error_code, member)))
         })
         .await
     }
@@ -1199,21 +1225,17 @@ impl Wire {
     /// Connection errors.
     pub async fn describe_group(&self, group: &str) -> Fallible<(i16, String, String, usize)> {
         let req = DescribeGroupsRequest::default().with_groups(vec![GroupId(s(group))]);
-        self.at_coordinator(CoordinatorKind::Group, group, |b| {
-            let req = &req;
-            async move {
-                let r = self.send(b, Lane::Metadata, req).await?;
-                let g = r.groups.first().ok_or("empty DescribeGroups response")?;
-                Ok((
+        self.ask_group_coordinator(group, Lane::Metadata, &req, None, |r| {
+            let g = r.groups.first().ok_or("empty DescribeGroups response")?;
+            Ok((
+                g.error_code,
+                (
                     g.error_code,
-                    (
-                        g.error_code,
-                        g.group_state.to_string(),
-                        g.protocol_data.to_string(),
-                        g.members.len(),
-                    ),
-                ))
-            }
+                    g.group_state.to_string(),
+                    g.protocol_data.to_string(),
+                    g.members.len(),
+                ),
+            ))
         })
         .await
     }
@@ -1241,26 +1263,22 @@ impl Wire {
                             .with_partition_indexes(vec![partition]),
                     ])),
             ]);
-        self.at_coordinator(CoordinatorKind::Group, group, |b| {
-            let req = &req;
-            async move {
-                let r = self.send(b, Lane::Coordinator, req).await?;
-                let g = r.groups.first().ok_or("empty OffsetFetch response")?;
-                let (code, offset) = g.topics.first().and_then(|t| t.partitions.first()).map_or(
-                    (g.error_code, -1),
-                    |p| {
-                        (
-                            if g.error_code != 0 {
-                                g.error_code
-                            } else {
-                                p.error_code
-                            },
-                            p.committed_offset,
-                        )
-                    },
-                );
-                Ok((code, (code, offset)))
-            }
+        self.ask_group_coordinator(group, Lane::Coordinator, &req, None, |r| {
+            let g = r.groups.first().ok_or("empty OffsetFetch response")?;
+            let (code, offset) = g.topics.first().and_then(|t| t.partitions.first()).map_or(
+                (g.error_code, -1),
+                |p| {
+                    (
+                        if g.error_code != 0 {
+                            g.error_code
+                        } else {
+                            p.error_code
+                        },
+                        p.committed_offset,
+                    )
+                },
+            );
+            Ok((code, (code, offset)))
         })
         .await
     }
