@@ -555,6 +555,10 @@ async fn transaction_version_2(w: &Wire, ns: &str, r: &mut Recorder) -> Fallible
     // The next transaction at the epoch EndTxn returned, or the old one.
     let e = if e1 < 0 { e0 } else { e1 };
     let p = if e1 < 0 { pid } else { pid1 };
+    // Wait for the first transaction's marker (LSO 2): on Kafka the
+    // partition learns of the bumped epoch only from it, and a Produce at
+    // the old epoch sent before it lands was seen accepted (1 run in 10).
+    w.wait_latest(&topic, 0, READ_COMMITTED, 2).await?;
     let (code, _) = txn_produce(w, &topic, &tid, (pid, e0), 1, "stale").await?;
     r.code("second transaction: Produce at the first epoch", code);
     let (code, _) = txn_produce(w, &topic, &tid, (p, e), if e1 < 0 { 1 } else { 0 }, "two").await?;
