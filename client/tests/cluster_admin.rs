@@ -185,12 +185,23 @@ async fn topic_lifecycle_with_configs_offsets_and_errors() {
         )
         .await
         .unwrap();
-    let configs = admin.describe_configs(&resource).await.unwrap();
-    let retention = configs
-        .iter()
-        .find(|c| c.name == "retention.ms")
-        .expect("retention.ms listed");
-    assert_eq!(retention.value.as_deref(), Some("3600000"));
+    // A change reaches each Kafka broker through the metadata log, so the
+    // broker asked next may not have applied it yet: poll, with a bound.
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(30);
+    let configs = loop {
+        let configs = admin.describe_configs(&resource).await.unwrap();
+        let retention = configs
+            .iter()
+            .find(|c| c.name == "retention.ms")
+            .expect("retention.ms listed")
+            .value
+            .clone();
+        if retention.as_deref() == Some("3600000") || tokio::time::Instant::now() > deadline {
+            assert_eq!(retention.as_deref(), Some("3600000"));
+            break configs;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await; // poll interval
+    };
     let policy = configs
         .iter()
         .find(|c| c.name == "cleanup.policy")
