@@ -59,14 +59,20 @@ cmd_install() {
     command -v mvn >/dev/null || die "mvn not found: Kafka's jars come from Maven Central through Maven (apt-get install maven)"
     mkdir -p "$KAFKA_DIR"
     # Concurrent installs in one checkout: the second waits, then finds the jars in place.
+    # The lock is released before returning: the Kafka JVMs that cmd_start forks would
+    # otherwise inherit it and hold it for as long as they run, and an install of another
+    # version (say while a cluster of this one runs) would wait forever.
     exec 8>"$KAFKA_DIR/install.lock"
-    flock 8
-    [[ -f "$lib/.complete" ]] && return 0
+    flock -w 900 8 || die "waited 900 s for $KAFKA_DIR/install.lock (another install?)"
+    if [[ -f "$lib/.complete" ]]; then
+        exec 8>&-
+        return 0
+    fi
     started=$(now_ms)
     log="$KAFKA_DIR/install-$version.log"
     say "resolving Apache Kafka $version from Maven Central (once; log: $log)"
     rm -rf "$lib.tmp"
-    mvn -B -q -f "$REPO_ROOT/kafka/pom.xml" -Dkafka.version="$version" \
+    timeout 900 mvn -B -q -f "$REPO_ROOT/kafka/pom.xml" -Dkafka.version="$version" \
         dependency:copy-dependencies -DincludeScope=runtime -DoutputDirectory="$lib.tmp" \
         >"$log" 2>&1 || rc=$?
     if ((rc != 0)) || [[ ! -f "$lib.tmp/kafka_2.13-$version.jar" ]]; then
@@ -75,6 +81,7 @@ cmd_install() {
     rm -rf "$lib"
     mv "$lib.tmp" "$lib"
     touch "$lib/.complete"
+    exec 8>&-
     say "Kafka $version: $(find "$lib" -name '*.jar' | wc -l) jars in $lib after $(($(now_ms) - started)) ms"
 }
 

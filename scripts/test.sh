@@ -239,7 +239,8 @@ other_kafka() { # label kafka.sh-start-args...
     dir="$(mktemp -d "$REPO_ROOT/.weir-kafka/test-run.XXXXXX")"
     out="$(WEIR_KAFKA_RUN_DIR="$dir" "$SCRIPT_DIR/kafka.sh" start --nodes 1 "$@")" || rc=$?
     if ((rc == 0)); then
-        KAFKA_BOOTSTRAP="${out#KAFKA_BOOTSTRAP=}" WEIR_BROKER_KIND=kafka \
+        # Bounded, so a hang fails this step instead of stalling the whole run.
+        KAFKA_BOOTSTRAP="${out#KAFKA_BOOTSTRAP=}" WEIR_BROKER_KIND=kafka timeout 1200 \
             cargo test -p weir-integration --test txn_kafka --test txn_broker --test streams_broker || rc=$?
     else
         echo "test.sh: could not start Kafka ($label)" >&2
