@@ -7,12 +7,14 @@ use weir_client::admin::OffsetSpec;
 use weir_client::config::consumer::ConsumerConfig;
 use weir_client::consumer::{Consumer, SeekTo, TopicPartition};
 
+use weir_group::assignor::TopicPartition as GroupTopicPartition;
 use weir_group::group_consumer::GroupConsumer;
 use weir_group::member::{MemberConfig, ShutdownMode};
 
 use crate::args::{ConnectArgs, ConsumeArgs, Isolation};
 use crate::connect::{admin, as_pairs, topic};
 use crate::format::RecordFormat;
+use crate::shutdown;
 
 /// Runs the command.
 pub async fn run(args: ConsumeArgs, connect: &ConnectArgs) -> Result<(), String> {
@@ -82,7 +84,13 @@ pub async fn run(args: ConsumeArgs, connect: &ConnectArgs) -> Result<(), String>
         if args.count.is_some_and(|c| printed >= c) || (args.exit_at_end && remaining.is_empty()) {
             break;
         }
-        let records = consumer.poll().await.map_err(|e| e.to_string())?;
+        let records = tokio::select! {
+            records = consumer.poll() => records.map_err(|e| e.to_string())?,
+            signal = shutdown::requested() => {
+                tracing::info!(signal, printed, "stopped by a signal");
+                break;
+            }
+        };
         for record in records {
             if args.count.is_some_and(|c| printed >= c) {
                 break;
@@ -116,7 +124,8 @@ pub async fn run(args: ConsumeArgs, connect: &ConnectArgs) -> Result<(), String>
     Ok(())
 }
 
-/// `--group`: a member of a consumer group, committing after each batch it prints.
+/// `--group`: a member of a consumer group, committing after each batch
+/// what it printed of it.
 async fn run_in_group(
     args: ConsumeArgs,
     connect: &ConnectArgs,
@@ -144,8 +153,18 @@ async fn run_in_group(
     let stdout = std::io::stdout();
     let mut printed = 0u64;
     while args.count.is_none_or(|c| printed < c) {
-        let records = consumer.poll().await.map_err(|e| e.to_string())?;
+        // A signal ends the loop between batches; the close below then
+        // commits what was printed and leaves the group, so a rerun does not
+        // wait for the coordinator to expire this member.
+        let records = tokio::select! {
+            records = consumer.poll() => records.map_err(|e| e.to_string())?,
+            signal = shutdown::requested() => {
+                tracing::info!(signal, printed, group = %group, "stopped by a signal; leaving the group");
+                break;
+            }
+        };
         let mut out = stdout.lock();
+        let mut shown = 0;
         for record in &records {
             if args.count.is_some_and(|c| printed >= c) {
                 break;
@@ -154,10 +173,25 @@ async fn run_in_group(
                 .write(&mut out, record)
                 .map_err(|e| format!("writing stdout: {e}"))?;
             printed += 1;
+            shown += 1;
         }
         out.flush().map_err(|e| format!("writing stdout: {e}"))?;
         drop(out);
-        if !records.is_empty() {
+        // With --count, a batch can hold more records than are printed: the
+        // group must not count those as consumed, or the next run of the
+        // same group would skip them. Moving each partition back to its
+        // first record not printed makes the commit (here and on close)
+        // cover exactly what was printed.
+        let mut rewound = std::collections::BTreeSet::new();
+        for record in records.get(shown..).unwrap_or_default() {
+            let tp = GroupTopicPartition::new(record.topic.clone(), record.partition);
+            if rewound.insert(tp.clone()) {
+                consumer
+                    .seek(&tp, SeekTo::Offset(record.offset))
+                    .map_err(|e| format!("rewinding {}-{}: {e}", tp.topic, tp.partition))?;
+            }
+        }
+        if shown > 0 {
             consumer
                 .commit()
                 .await

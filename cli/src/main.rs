@@ -14,6 +14,7 @@ mod groups_cmd;
 mod offsets;
 mod perf;
 mod produce;
+mod shutdown;
 mod store_cmd;
 mod topics;
 mod txn_produce;
@@ -59,16 +60,33 @@ fn run_async(command: Command, connect: &ConnectArgs) -> Result<(), String> {
         .build()
         .map_err(|e| format!("starting the async runtime: {e}"))?;
     runtime.block_on(async move {
+        shutdown::install()?;
         match command {
+            // These close their clients themselves on SIGINT or SIGTERM.
             Command::Produce(args) => produce::run(args, connect).await,
             Command::Consume(args) => consume::run(args, connect).await,
-            Command::Topics { command } => topics::run(command, connect).await,
-            Command::Offsets(args) => offsets::run(args, connect).await,
-            Command::Groups { command } => groups_cmd::run(connect, command).await,
-            Command::App { command } => app_cmd::run(connect, command).await,
-            Command::Demo(args) => demo::run(args).await,
             Command::Perf { command } => perf::run(command, connect).await,
-            Command::Store { .. } => Err("store commands run without the async runtime".into()),
+            command => {
+                tokio::select! {
+                    result = run_command(command, connect) => result,
+                    signal = shutdown::requested() => Err(format!("interrupted by {signal}")),
+                }
+            }
         }
     })
+}
+
+/// The commands with nothing to close on a signal: they end where they are.
+async fn run_command(command: Command, connect: &ConnectArgs) -> Result<(), String> {
+    match command {
+        Command::Topics { command } => topics::run(command, connect).await,
+        Command::Offsets(args) => offsets::run(args, connect).await,
+        Command::Groups { command } => groups_cmd::run(connect, command).await,
+        Command::App { command } => app_cmd::run(connect, command).await,
+        Command::Demo(args) => demo::run(args).await,
+        Command::Produce(args) => produce::run(args, connect).await,
+        Command::Consume(args) => consume::run(args, connect).await,
+        Command::Perf { command } => perf::run(command, connect).await,
+        Command::Store { .. } => Err("store commands run without the async runtime".into()),
+    }
 }

@@ -7,6 +7,7 @@ use weir_client::producer::{Producer, ProducerRecord};
 
 use crate::args::{Codec, ConnectArgs, ProduceArgs};
 use crate::connect::{admin, as_pairs, topic};
+use crate::shutdown;
 
 pub(crate) fn codec_name(codec: Codec) -> &'static str {
     match codec {
@@ -24,6 +25,20 @@ fn split_line<'a>(line: &'a str, sep: Option<&str>) -> (Option<&'a str>, &'a str
         Some((k, v)) => (Some(k), v),
         None => (None, line),
     }
+}
+
+/// The lines of stdin, read on a thread of their own so that waiting for
+/// input never holds up the runtime (or a signal).
+fn stdin_lines() -> tokio::sync::mpsc::Receiver<std::io::Result<String>> {
+    let (tx, rx) = tokio::sync::mpsc::channel(1024);
+    std::thread::spawn(move || {
+        for line in std::io::stdin().lock().lines() {
+            if tx.blocking_send(line).is_err() {
+                break;
+            }
+        }
+    });
+    rx
 }
 
 /// Runs the command.
@@ -55,8 +70,18 @@ pub async fn run(args: ProduceArgs, connect: &ConnectArgs) -> Result<(), String>
     let producer = Producer::new(config).await.map_err(|e| e.to_string())?;
 
     let mut deliveries = Vec::new();
-    let stdin = std::io::stdin();
-    for line in stdin.lock().lines() {
+    let mut lines = stdin_lines();
+    loop {
+        // A signal stops the reading; what was read is still delivered and
+        // the producer closed, so nothing read is left half-sent.
+        let line = tokio::select! {
+            line = lines.recv() => line,
+            signal = shutdown::requested() => {
+                tracing::info!(signal, read = deliveries.len(), "stopped reading stdin on a signal");
+                break;
+            }
+        };
+        let Some(line) = line else { break };
         let line = line.map_err(|e| format!("reading stdin: {e}"))?;
         let (key, value) = split_line(&line, args.key_delimiter.as_deref());
         let mut record = ProducerRecord::new(args.topic.clone()).with_value(value.to_owned());

@@ -1,0 +1,217 @@
+//! `weir consume --group` run as a user runs it: the built binary, twice in
+//! a row against an in-process weir-testkit cluster, or stopped with a
+//! signal.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::io::{BufRead, BufReader, Read};
+use std::process::{Child, Command, ExitStatus, Output, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use weir_client::admin::Admin;
+use weir_client::config::ClientConfig;
+use weir_client::config::producer::ProducerConfig;
+use weir_client::producer::{Producer, ProducerRecord};
+use weir_testkit::Cluster;
+
+/// How long one run may take before it counts as hung (it then fails the
+/// test: a consumer waiting for records that were committed unseen).
+const RUN_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// A cluster with `topic` (one partition) holding `values`, in order.
+async fn cluster_with(topic: &str, values: &[&str]) -> Cluster {
+    let cluster = Cluster::builder().brokers(1).build().await.unwrap();
+    let none: [(&str, &str); 0] = [];
+    cluster.create_topic(topic, 1, none).await.unwrap();
+    let config =
+        ProducerConfig::from_properties(&[("bootstrap.servers", cluster.bootstrap().as_str())])
+            .unwrap();
+    let producer = Producer::new(config).await.unwrap();
+    for value in values {
+        producer
+            .send(ProducerRecord::new(topic).with_value((*value).to_owned()))
+            .await
+            .unwrap();
+    }
+    producer.close().await;
+    cluster
+}
+
+/// Runs `weir args…` to its end (off the runtime, so the cluster keeps
+/// serving), killing it if it runs longer than [`RUN_TIMEOUT`].
+async fn weir(args: Vec<String>) -> Output {
+    tokio::task::spawn_blocking(move || {
+        let child = Command::new(env!("CARGO_BIN_EXE_weir"))
+            .args(&args)
+            .env_remove("KAFKA_BOOTSTRAP")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        wait_bounded(child, &args.join(" "))
+    })
+    .await
+    .unwrap()
+}
+
+fn wait_bounded(child: Child, what: &str) -> Output {
+    let pid = child.id();
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(child.wait_with_output());
+    });
+    match rx.recv_timeout(RUN_TIMEOUT) {
+        Ok(output) => output.unwrap(),
+        Err(_) => {
+            let _ = Command::new("kill")
+                .args(["-KILL", &pid.to_string()])
+                .status();
+            let output = rx.recv().unwrap().unwrap();
+            panic!(
+                "weir {what}: still running after {RUN_TIMEOUT:?}; killed. stdout: {:?}",
+                String::from_utf8_lossy(&output.stdout)
+            );
+        }
+    }
+}
+
+fn strings(parts: &[&str]) -> Vec<String> {
+    parts.iter().map(|s| (*s).to_owned()).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_group_consume_with_count_commits_only_what_it_printed() {
+    let cluster = cluster_with("letters", &["a", "b", "c", "d", "e"]).await;
+    let bootstrap = cluster.bootstrap();
+    let run = || {
+        weir(strings(&[
+            "consume",
+            "-b",
+            &bootstrap,
+            "-G",
+            "readers",
+            "-t",
+            "letters",
+            "--from-beginning",
+            "--count",
+            "2",
+        ]))
+    };
+    let mut printed = Vec::new();
+    for _ in 0..2 {
+        let out = run().await;
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        printed.push(String::from_utf8(out.stdout).unwrap());
+    }
+    assert_eq!(printed, ["a\nb\n", "c\nd\n"]);
+}
+
+/// The group's members, as the coordinator lists them.
+async fn members(cluster: &Cluster, group: &str) -> usize {
+    let admin = Admin::connect(
+        ClientConfig::from_properties(&[("bootstrap.servers", cluster.bootstrap().as_str())])
+            .unwrap(),
+    )
+    .await
+    .unwrap();
+    let described = admin.describe_groups(&[group]).await.unwrap();
+    described.iter().map(|g| g.members.len()).sum()
+}
+
+/// Starts a group consume that runs until stopped, waits until it printed
+/// every record, sends `signal`, and returns how it exited with what it
+/// printed.
+async fn consume_then_signal(cluster: &Cluster, group: &str, signal: &str) -> (ExitStatus, String) {
+    let args = strings(&[
+        "consume",
+        "-b",
+        &cluster.bootstrap(),
+        "-G",
+        group,
+        "-t",
+        "letters",
+        "--from-beginning",
+    ]);
+    let signal = signal.to_owned();
+    tokio::task::spawn_blocking(move || {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_weir"))
+            .args(&args)
+            .env_remove("KAFKA_BOOTSTRAP")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let pid = child.id();
+        let stdout = child.stdout.take().unwrap();
+        // Read the records on a thread, so a consumer that never prints
+        // them fails the test after the bound instead of hanging it.
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            let mut lines = BufReader::new(stdout);
+            let mut printed = String::new();
+            for _ in 0..3 {
+                let mut line = String::new();
+                if lines.read_line(&mut line).unwrap_or(0) == 0 {
+                    break;
+                }
+                printed.push_str(&line);
+            }
+            let _ = tx.send(printed.clone());
+            let mut rest = String::new();
+            let _ = lines.read_to_string(&mut rest);
+            let _ = tx.send(rest);
+        });
+        let Ok(printed) = rx.recv_timeout(RUN_TIMEOUT) else {
+            let _ = child.kill();
+            panic!("no records printed within {RUN_TIMEOUT:?}");
+        };
+        let sent = Command::new("kill")
+            .args([&format!("-{signal}"), &pid.to_string()])
+            .status()
+            .unwrap();
+        assert!(sent.success());
+        let output = wait_bounded(child, "consume (signalled)");
+        let rest = rx.recv().unwrap_or_default();
+        assert!(
+            output.status.success(),
+            "weir consume after SIG{signal}: {:?}; stderr: {}",
+            output.status,
+            String::from_utf8_lossy(&output.stderr)
+        );
+        (output.status, printed + &rest)
+    })
+    .await
+    .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigint_and_sigterm_leave_the_group_and_commit_what_was_printed() {
+    let cluster = cluster_with("letters", &["a", "b", "c"]).await;
+    for (signal, group) in [("TERM", "terminated"), ("INT", "interrupted")] {
+        let (status, printed) = consume_then_signal(&cluster, group, signal).await;
+        assert_eq!(printed, "a\nb\nc\n", "SIG{signal}: {status:?}");
+        // The member left: a rerun joins at once instead of waiting for
+        // the coordinator to expire the old member's session.
+        assert_eq!(members(&cluster, group).await, 0, "SIG{signal}");
+        // What was printed was committed: a rerun prints nothing old.
+        let admin = Admin::connect(
+            ClientConfig::from_properties(&[("bootstrap.servers", cluster.bootstrap().as_str())])
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+        let committed = admin.list_group_offsets(group).await.unwrap();
+        assert_eq!(
+            committed.iter().map(|c| c.offset).collect::<Vec<_>>(),
+            [3],
+            "SIG{signal}"
+        );
+    }
+}
