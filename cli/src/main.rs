@@ -65,7 +65,6 @@ fn run_async(command: Command, connect: &ConnectArgs) -> Result<(), String> {
             // These close their clients themselves on SIGINT or SIGTERM.
             Command::Produce(args) => produce::run(args, connect).await,
             Command::Consume(args) => consume::run(args, connect).await,
-            Command::Perf { command } => perf::run(command, connect).await,
             command => {
                 tokio::select! {
                     result = run_command(command, connect) => result,
@@ -76,7 +75,8 @@ fn run_async(command: Command, connect: &ConnectArgs) -> Result<(), String> {
     })
 }
 
-/// The commands with nothing to close on a signal: they end where they are.
+/// The commands that do not watch for signals themselves: on SIGINT or
+/// SIGTERM they end where they are (a `perf` run with it, without its summary).
 async fn run_command(command: Command, connect: &ConnectArgs) -> Result<(), String> {
     match command {
         Command::Topics { command } => topics::run(command, connect).await,
