@@ -14,9 +14,25 @@ pub fn as_pairs(props: &[(String, String)]) -> Vec<(&str, &str)> {
         .collect()
 }
 
-/// An admin client for the given brokers and `-X` properties that apply to every client.
+/// An admin client for the given brokers and `-X` properties, for the
+/// commands whose client is the admin client: every `-X` key must be one of
+/// its properties.
 pub async fn admin(connect: &ConnectArgs) -> Result<Admin, String> {
-    let props = connect.properties()?;
+    admin_with(connect, connect.properties()?).await
+}
+
+/// An admin client for a producing or consuming command's look-ups (the
+/// topic, its partitions and offsets), with the `-X` properties every
+/// client shares (brokers, security, timeouts). Call it after the command
+/// built its own client's configuration from all of `-X`: that is where
+/// an unknown key is reported, naming the command's client.
+pub async fn lookup_admin(connect: &ConnectArgs) -> Result<Admin, String> {
+    let mut props = connect.properties()?;
+    props.retain(|(key, _)| ClientConfig::KEYS.contains(&key.as_str()));
+    admin_with(connect, props).await
+}
+
+async fn admin_with(connect: &ConnectArgs, props: Vec<(String, String)>) -> Result<Admin, String> {
     let brokers = connect.brokers().map_err(|e| e.to_string())?;
     let config = ClientConfig::from_properties(&as_pairs(&props)).map_err(|e| e.to_string())?;
     Admin::connect(config)

@@ -4,7 +4,7 @@ use std::collections::HashMap;
 use std::io::Write;
 
 use weir_client::admin::OffsetSpec;
-use weir_client::config::consumer::ConsumerConfig;
+use weir_client::config::consumer::{ConsumerConfig, IsolationLevel};
 use weir_client::consumer::{Consumer, SeekTo, TopicPartition};
 
 use weir_group::assignor::TopicPartition as GroupTopicPartition;
@@ -12,24 +12,45 @@ use weir_group::group_consumer::GroupConsumer;
 use weir_group::member::{MemberConfig, ShutdownMode};
 
 use crate::args::{ConnectArgs, ConsumeArgs, Isolation};
-use crate::connect::{admin, as_pairs, topic};
+use crate::connect::{as_pairs, lookup_admin, topic};
 use crate::format::RecordFormat;
 use crate::shutdown;
+
+/// The consumer's configuration: `--isolation` unless `-X isolation.level`
+/// says otherwise, then every `-X` property, then `--from-beginning`
+/// (`auto.offset.reset=earliest`, where a group has no committed offset).
+///
+/// # Errors
+/// A `-X` key that is not a consumer property, or a bad value.
+fn consumer_config(args: &ConsumeArgs, connect: &ConnectArgs) -> Result<ConsumerConfig, String> {
+    let isolation = match args.isolation {
+        Isolation::ReadCommitted => "read_committed",
+        Isolation::ReadUncommitted => "read_uncommitted",
+    };
+    let mut props = vec![("isolation.level".to_owned(), isolation.to_owned())];
+    props.extend(connect.properties()?);
+    if args.from_beginning {
+        props.push(("auto.offset.reset".into(), "earliest".into()));
+    }
+    ConsumerConfig::from_properties(&as_pairs(&props)).map_err(|e| e.to_string())
+}
 
 /// Runs the command.
 pub async fn run(args: ConsumeArgs, connect: &ConnectArgs) -> Result<(), String> {
     let format = RecordFormat::parse(&args.format)?;
-    let admin = admin(connect).await?;
+    // -X is checked against the consumer's properties before anything else.
+    let config = consumer_config(&args, connect)?;
+    let admin = lookup_admin(connect).await?;
     let meta = topic(&admin, &args.topic).await?;
     if let Some(group) = args.group.clone() {
-        return run_in_group(args, connect, group, format).await;
+        return run_in_group(args, config, group, format).await;
     }
     let partitions: Vec<i32> = match args.partition {
         Some(p) if meta.partition(p).is_some() => vec![p],
         Some(p) => return Err(format!("topic {} has no partition {p}", args.topic)),
         None => meta.partitions.iter().map(|p| p.partition).collect(),
     };
-    let read_committed = args.isolation == Isolation::ReadCommitted;
+    let read_committed = config.consumer.isolation_level == IsolationLevel::ReadCommitted;
 
     // With --exit-at-end, the end is each partition's end offset now.
     let mut remaining: HashMap<i32, i64> = HashMap::new();
@@ -43,14 +64,6 @@ pub async fn run(args: ConsumeArgs, connect: &ConnectArgs) -> Result<(), String>
         }
     }
 
-    let mut props = connect.properties()?;
-    let isolation = if read_committed {
-        "read_committed"
-    } else {
-        "read_uncommitted"
-    };
-    props.push(("isolation.level".into(), isolation.into()));
-    let config = ConsumerConfig::from_properties(&as_pairs(&props)).map_err(|e| e.to_string())?;
     let mut consumer = Consumer::new(config).await.map_err(|e| e.to_string())?;
     let tps: Vec<TopicPartition> = partitions
         .iter()
@@ -128,23 +141,10 @@ pub async fn run(args: ConsumeArgs, connect: &ConnectArgs) -> Result<(), String>
 /// what it printed of it.
 async fn run_in_group(
     args: ConsumeArgs,
-    connect: &ConnectArgs,
+    config: ConsumerConfig,
     group: String,
     format: RecordFormat,
 ) -> Result<(), String> {
-    let mut props = connect.properties()?;
-    let isolation = match args.isolation {
-        Isolation::ReadCommitted => "read_committed",
-        Isolation::ReadUncommitted => "read_uncommitted",
-    };
-    props.push(("isolation.level".into(), isolation.into()));
-    let reset = if args.from_beginning {
-        "earliest"
-    } else {
-        "latest"
-    };
-    props.push(("auto.offset.reset".into(), reset.into()));
-    let config = ConsumerConfig::from_properties(&as_pairs(&props)).map_err(|e| e.to_string())?;
     let mut member = MemberConfig::new(group.clone(), [args.topic.clone()]);
     member.instance_id = args.instance_id.clone();
     let mut consumer = GroupConsumer::connect(config, member)

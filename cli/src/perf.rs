@@ -28,7 +28,7 @@ use weir_group::group_consumer::GroupConsumer;
 use weir_group::member::{MemberConfig, ShutdownMode};
 
 use crate::args::{Codec, ConnectArgs};
-use crate::connect::{admin, as_pairs, topic};
+use crate::connect::{as_pairs, lookup_admin, topic};
 use crate::produce::codec_name;
 
 /// `weir perf …`.
@@ -523,9 +523,6 @@ fn print_summary(summary: &Summary, verb: &str, json: bool) {
 }
 
 async fn run_produce(args: PerfProduceArgs, connect: &ConnectArgs) -> Result<(), String> {
-    // Fail fast on an unreachable broker or an unknown topic.
-    let admin = admin(connect).await?;
-    topic(&admin, &args.topic).await?;
     let mut props = connect.properties()?;
     if let Some(acks) = args.acks {
         props.push(("acks".into(), acks.property().into()));
@@ -533,7 +530,11 @@ async fn run_produce(args: PerfProduceArgs, connect: &ConnectArgs) -> Result<(),
     if let Some(codec) = args.codec {
         props.push(("compression.type".into(), codec_name(codec).into()));
     }
+    // -X is checked against the producer's properties before anything else.
     let config = ProducerConfig::from_properties(&as_pairs(&props)).map_err(|e| e.to_string())?;
+    // Fail fast on an unreachable broker or an unknown topic.
+    let admin = lookup_admin(connect).await?;
+    topic(&admin, &args.topic).await?;
     let producer = Producer::new(config).await.map_err(|e| e.to_string())?;
     let plan = ProducePlan {
         topic: args.topic.clone(),
@@ -584,14 +585,16 @@ fn record_bytes(r: &ConsumerRecord) -> u64 {
 }
 
 async fn run_consume(args: PerfConsumeArgs, connect: &ConnectArgs) -> Result<(), String> {
-    let admin = admin(connect).await?;
-    let meta = topic(&admin, &args.topic).await?;
     let mut props = connect.properties()?;
+    if args.group.is_some() {
+        props.push(("auto.offset.reset".into(), "earliest".into()));
+    }
+    // -X is checked against the consumer's properties before anything else.
+    let config = ConsumerConfig::from_properties(&as_pairs(&props)).map_err(|e| e.to_string())?;
+    let admin = lookup_admin(connect).await?;
+    let meta = topic(&admin, &args.topic).await?;
     let mut source = match &args.group {
         Some(group) => {
-            props.push(("auto.offset.reset".into(), "earliest".into()));
-            let config =
-                ConsumerConfig::from_properties(&as_pairs(&props)).map_err(|e| e.to_string())?;
             let member = MemberConfig::new(group.clone(), [args.topic.clone()]);
             let consumer = GroupConsumer::connect(config, member)
                 .await
@@ -599,8 +602,6 @@ async fn run_consume(args: PerfConsumeArgs, connect: &ConnectArgs) -> Result<(),
             Source::Group(Box::new(consumer))
         }
         None => {
-            let config =
-                ConsumerConfig::from_properties(&as_pairs(&props)).map_err(|e| e.to_string())?;
             let mut consumer = Consumer::new(config).await.map_err(|e| e.to_string())?;
             let tps: Vec<TopicPartition> = meta
                 .partitions

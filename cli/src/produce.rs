@@ -4,9 +4,10 @@ use std::io::BufRead;
 
 use weir_client::config::producer::ProducerConfig;
 use weir_client::producer::{Producer, ProducerRecord};
+use weir_client::transaction::TransactionConfig;
 
 use crate::args::{Codec, ConnectArgs, ProduceArgs};
-use crate::connect::{admin, as_pairs, topic};
+use crate::connect::{as_pairs, lookup_admin, topic};
 use crate::shutdown;
 
 pub(crate) fn codec_name(codec: Codec) -> &'static str {
@@ -43,18 +44,35 @@ fn stdin_lines() -> tokio::sync::mpsc::Receiver<std::io::Result<String>> {
 
 /// Runs the command.
 pub async fn run(args: ProduceArgs, connect: &ConnectArgs) -> Result<(), String> {
+    let mut props = connect.properties()?;
+    props.push(("compression.type".into(), codec_name(args.codec).into()));
+    // -X is checked against the producer's properties before anything else.
+    let config = match &args.transactional_id {
+        Some(id) => {
+            let mut pairs = as_pairs(&props);
+            pairs.push(("transactional.id", id));
+            let (_, rest) =
+                TransactionConfig::split_properties(&pairs).map_err(|e| e.to_string())?;
+            ProducerConfig::from_properties(&rest).map_err(|e| e.to_string())?;
+            None
+        }
+        None => {
+            Some(ProducerConfig::from_properties(&as_pairs(&props)).map_err(|e| e.to_string())?)
+        }
+    };
     // Fail fast with a clear message on an unreachable broker or unknown topic,
     // rather than after the producer's delivery timeout.
-    let admin = admin(connect).await?;
+    let admin = lookup_admin(connect).await?;
     let meta = topic(&admin, &args.topic).await?;
     if let Some(p) = args.partition
         && meta.partition(p).is_none()
     {
         return Err(format!("topic {} has no partition {p}", args.topic));
     }
-    let mut props = connect.properties()?;
-    props.push(("compression.type".into(), codec_name(args.codec).into()));
-    if let Some(id) = &args.transactional_id {
+    let Some(config) = config else {
+        let Some(id) = &args.transactional_id else {
+            return Err("a transactional produce without --transactional-id".into());
+        };
         if args.partition.is_some() {
             return Err("--partition is not supported with --transactional-id".into());
         }
@@ -65,8 +83,7 @@ pub async fn run(args: ProduceArgs, connect: &ConnectArgs) -> Result<(), String>
             lines.push((key.map(str::to_owned), value.to_owned()));
         }
         return crate::txn_produce::run(props, &args.topic, id, args.abort, lines).await;
-    }
-    let config = ProducerConfig::from_properties(&as_pairs(&props)).map_err(|e| e.to_string())?;
+    };
     let producer = Producer::new(config).await.map_err(|e| e.to_string())?;
 
     let mut deliveries = Vec::new();

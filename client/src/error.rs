@@ -102,10 +102,13 @@ pub enum ClientError {
         message: String,
     },
     /// A configuration property is not known.
-    #[error("unknown property `{key}`; accepted properties: {accepted}")]
+    #[error("unknown property `{key}`: not among the {client}'s properties ({accepted})")]
     UnknownProperty {
         /// The key given.
         key: String,
+        /// Which client the properties configure: `admin client`,
+        /// `producer` or `consumer`.
+        client: &'static str,
         /// The keys this configuration accepts, comma-separated.
         accepted: String,
     },

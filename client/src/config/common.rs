@@ -144,7 +144,7 @@ impl ClientConfig {
         let mut config = ClientConfig::default();
         for (key, value) in props {
             if !config.apply(key, value)? {
-                return Err(unknown_property(key, Self::KEYS));
+                return Err(unknown_property(key, "admin client", Self::KEYS));
             }
         }
         config.validate()?;
@@ -464,7 +464,7 @@ impl ClientConfigBuilder {
     /// [`ClientError::UnknownProperty`] or [`ClientError::InvalidProperty`].
     pub fn property(mut self, key: &str, value: &str) -> Result<Self> {
         if !self.config.apply(key, value)? {
-            return Err(unknown_property(key, ClientConfig::KEYS));
+            return Err(unknown_property(key, "admin client", ClientConfig::KEYS));
         }
         Ok(self)
     }

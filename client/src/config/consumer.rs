@@ -196,7 +196,7 @@ impl ConsumerConfig {
         let mut config = Self::new(ClientConfig::default());
         for (key, value) in props {
             if !config.client.apply(key, value)? && !config.consumer.apply(key, value)? {
-                return Err(unknown_property(key, &Self::keys()));
+                return Err(unknown_property(key, "consumer", &Self::keys()));
             }
         }
         config.client.validate()?;

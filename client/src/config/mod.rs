@@ -30,11 +30,13 @@ pub use common::{ClientConfig, ClientConfigBuilder, SecurityProtocol};
 
 use crate::{ClientError, Result};
 
-/// The error for a key no configuration accepts; `accepted` lists the keys
-/// that would have been.
-pub fn unknown_property(key: &str, accepted: &[&str]) -> ClientError {
+/// The error for a key `client`'s configuration does not accept (`client`
+/// as a user would name it: `producer`, `consumer`, `admin client`);
+/// `accepted` lists the keys that would have been.
+pub fn unknown_property(key: &str, client: &'static str, accepted: &[&str]) -> ClientError {
     ClientError::UnknownProperty {
         key: key.to_owned(),
+        client,
         accepted: accepted.join(", "),
     }
 }
@@ -157,7 +159,10 @@ mod tests {
         assert!(e.contains("acks") && e.contains("one of: all, 1"), "{e}");
 
         assert_eq!(parse_list(" a:1, ,b:2 "), vec!["a:1", "b:2"]);
-        let e = unknown_property("lingr.ms", &["linger.ms"]).to_string();
-        assert!(e.contains("lingr.ms") && e.contains("linger.ms"), "{e}");
+        let e = unknown_property("lingr.ms", "producer", &["linger.ms"]).to_string();
+        assert_eq!(
+            e,
+            "unknown property `lingr.ms`: not among the producer's properties (linger.ms)"
+        );
     }
 }

@@ -244,7 +244,7 @@ impl ProducerConfig {
         let mut config = Self::new(ClientConfig::default());
         for (key, value) in props {
             if !config.client.apply(key, value)? && !config.producer.apply(key, value)? {
-                return Err(unknown_property(key, &Self::keys()));
+                return Err(unknown_property(key, "producer", &Self::keys()));
             }
         }
         config.validate()?;
