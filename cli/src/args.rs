@@ -241,12 +241,29 @@ pub enum TopicsCommand {
     },
 }
 
-/// `weir offsets`.
+/// `weir offsets TOPIC` (or `-t TOPIC`).
 #[derive(Debug, Args)]
 pub struct OffsetsArgs {
     /// The topic.
-    #[arg(short = 't', long)]
-    pub topic: String,
+    #[arg(
+        value_name = "TOPIC",
+        required_unless_present = "topic_flag",
+        conflicts_with = "topic_flag"
+    )]
+    pub topic: Option<String>,
+    /// The topic, as the other commands take it.
+    #[arg(short = 't', long = "topic", value_name = "TOPIC")]
+    pub topic_flag: Option<String>,
+}
+
+impl OffsetsArgs {
+    /// The topic, however it was given (clap requires one of the two).
+    pub fn topic(&self) -> &str {
+        self.topic
+            .as_deref()
+            .or(self.topic_flag.as_deref())
+            .unwrap_or_default()
+    }
 }
 
 #[cfg(test)]
@@ -288,6 +305,7 @@ mod tests {
             "weir -b h:1 produce -t t",
             "weir consume -t t -b h:1",
             "weir offsets -b h:1 -t t",
+            "weir offsets -b h:1 t",
             "weir -b h:1 groups list",
             "weir groups list -b h:1",
         ] {

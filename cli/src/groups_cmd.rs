@@ -4,6 +4,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 
+use weir_client::ClientError;
 use weir_client::admin::{Admin, GroupDescription, OffsetSpec};
 use weir_group::consumer_protocol::Assignment;
 
@@ -38,19 +39,39 @@ pub async fn run(connect: &ConnectArgs, cmd: GroupsCommand) -> Result<(), String
             print!("{}", render_list(&groups));
         }
         GroupsCommand::Describe { groups } => {
-            let names: Vec<&str> = groups.iter().map(String::as_str).collect();
-            let described = admin
-                .describe_groups(&names)
-                .await
-                .map_err(|e| format!("describing {}: {e}", groups.join(", ")))?;
-            for group in &described {
-                let offsets = group_offsets(&admin, &group.group_id).await?;
-                print!("{}", render_description(group, &offsets));
+            let mut unknown = Vec::new();
+            for name in &groups {
+                let described = match admin.describe_groups(&[name.as_str()]).await {
+                    Ok(mut d) if d.len() == 1 => d.remove(0),
+                    Ok(_) => return Err(format!("describing {name}: no answer for it")),
+                    // Kafka 4 answers this for a group that does not exist.
+                    Err(ClientError::Server { code, .. }) if code.code == GROUP_ID_NOT_FOUND => {
+                        unknown.push(name.as_str());
+                        continue;
+                    }
+                    Err(e) => return Err(format!("describing {name}: {e}")),
+                };
+                // Older brokers describe a group that does not exist as Dead;
+                // one that only has committed offsets left is Empty.
+                if described.state == "Dead" {
+                    unknown.push(name.as_str());
+                    continue;
+                }
+                let offsets = group_offsets(&admin, &described.group_id).await?;
+                print!("{}", render_description(&described, &offsets));
+            }
+            match unknown.as_slice() {
+                [] => {}
+                [one] => return Err(format!("unknown group {one}")),
+                many => return Err(format!("unknown groups {}", many.join(", "))),
             }
         }
     }
     Ok(())
 }
+
+/// Kafka's `GROUP_ID_NOT_FOUND`.
+const GROUP_ID_NOT_FOUND: i16 = 69;
 
 /// Committed offset and log end offset per (topic, partition).
 type Offsets = BTreeMap<(String, i32), (i64, Option<i64>)>;

@@ -1,4 +1,4 @@
-//! `weir offsets -t TOPIC`.
+//! `weir offsets TOPIC`.
 
 use std::collections::BTreeMap;
 
@@ -9,14 +9,15 @@ use crate::connect::{admin, topic};
 
 /// Runs the command: one line per partition, `partition earliest latest`.
 pub async fn run(args: OffsetsArgs, connect: &ConnectArgs) -> Result<(), String> {
+    let name = args.topic();
     let admin = admin(connect).await?;
-    topic(&admin, &args.topic).await?;
+    topic(&admin, name).await?;
     let mut rows: BTreeMap<i32, (i64, i64)> = BTreeMap::new();
     for (spec, latest) in [(OffsetSpec::Earliest, false), (OffsetSpec::Latest, true)] {
         let offsets = admin
-            .list_topic_offsets(&args.topic, spec, false)
+            .list_topic_offsets(name, spec, false)
             .await
-            .map_err(|e| format!("offsets of {}: {e}", args.topic))?;
+            .map_err(|e| format!("offsets of {name}: {e}"))?;
         for o in offsets {
             let row = rows.entry(o.partition).or_insert((-1, -1));
             if latest {

@@ -18,6 +18,16 @@ pub enum ProtocolError {
         /// The configured maximum.
         max: usize,
     },
+    /// The peer answered in another protocol: its first bytes, read as a
+    /// length prefix, spell the start of an HTTP or TLS message (an HTTP
+    /// server's `HTTP/1.1 400` reads as a frame of 1213486160 bytes).
+    #[error("this endpoint does not speak the Kafka protocol (it answered like {protocol}){hint}")]
+    ForeignProtocol {
+        /// The protocol the answer looks like: `HTTP` or `TLS`.
+        protocol: &'static str,
+        /// What to check, starting with `; `, or empty.
+        hint: &'static str,
+    },
     /// A frame's length prefix is negative.
     #[error("negative frame length {0}")]
     NegativeFrameLength(i32),

@@ -18,6 +18,20 @@ pub const LENGTH_PREFIX: usize = 4;
 /// have arrived: 1 MiB.
 pub const RESERVE_CHUNK: usize = 1 << 20;
 
+/// The protocol whose messages start with these four bytes, if it is one a
+/// Kafka client is likely to meet on a wrong port, with what to check.
+fn foreign_protocol(prefix: [u8; 4]) -> Option<(&'static str, &'static str)> {
+    match prefix {
+        [b'H', b'T', b'T', b'P'] => Some(("HTTP", "")),
+        // A TLS record: alert (21) or handshake (22), version 3.x.
+        [21 | 22, 3, 0..=4, _] => Some((
+            "TLS",
+            "; for a TLS listener, set security.protocol=SSL or SASL_SSL",
+        )),
+        _ => None,
+    }
+}
+
 /// Splits a byte stream into frames.
 #[derive(Debug, Clone, Copy)]
 pub struct FrameDecoder {
@@ -49,8 +63,16 @@ impl FrameDecoder {
         let Some(prefix) = buf.get(..LENGTH_PREFIX) else {
             return Ok(None);
         };
-        let len = i32::from_be_bytes([prefix[0], prefix[1], prefix[2], prefix[3]]);
+        let bytes = [prefix[0], prefix[1], prefix[2], prefix[3]];
+        let len = i32::from_be_bytes(bytes);
         let len = usize::try_from(len).map_err(|_| ProtocolError::NegativeFrameLength(len))?;
+        // Both signatures read as frames of over 300 MiB, larger than any
+        // Kafka response: saying what answered beats quoting that number.
+        if len > DEFAULT_MAX_FRAME_SIZE.min(self.max_frame_size)
+            && let Some((protocol, hint)) = foreign_protocol(bytes)
+        {
+            return Err(ProtocolError::ForeignProtocol { protocol, hint });
+        }
         if len > self.max_frame_size {
             return Err(ProtocolError::FrameTooLarge {
                 size: len,
@@ -147,6 +169,34 @@ mod tests {
         assert_eq!(&decoder.decode(&mut buf).unwrap().unwrap()[..], b"hello");
         assert!(decoder.decode(&mut buf).unwrap().unwrap().is_empty());
         assert!(decoder.decode(&mut buf).unwrap().is_none());
+    }
+
+    #[test]
+    fn an_http_or_tls_answer_is_named_not_measured() {
+        let decoder = FrameDecoder::default();
+        let mut http = BytesMut::from(&b"HTTP/1.1 400 Bad Request\r\n"[..]);
+        let e = decoder.decode(&mut http).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "this endpoint does not speak the Kafka protocol (it answered like HTTP)"
+        );
+        // A TLS alert, as a TLS listener sends for a plain-text hello.
+        let mut tls = BytesMut::from(&[21u8, 3, 3, 0, 2, 2, 80][..]);
+        let e = decoder.decode(&mut tls).unwrap_err().to_string();
+        assert!(
+            e.starts_with("this endpoint does not speak the Kafka protocol (it answered like TLS)")
+                && e.contains("security.protocol=SSL"),
+            "{e}"
+        );
+        // Even with the largest frame size allowed.
+        let mut http = BytesMut::from(&b"HTTP/1.0 200 OK\r\n"[..]);
+        assert!(matches!(
+            FrameDecoder::new(i32::MAX as usize).decode(&mut http),
+            Err(ProtocolError::ForeignProtocol {
+                protocol: "HTTP",
+                ..
+            })
+        ));
     }
 
     #[test]
