@@ -133,6 +133,18 @@ pub enum GroupError {
         /// The member id it still has (empty after UNKNOWN_MEMBER_ID).
         member_id: String,
     },
+    /// A partition named in a commit, pause or resume is not one the
+    /// member owns now: a commit for it could overwrite what its owner
+    /// committed.
+    #[error("group {group}: {topic}-{partition} is not assigned to this member")]
+    NotOwned {
+        /// The group.
+        group: String,
+        /// The topic.
+        topic: String,
+        /// The partition.
+        partition: i32,
+    },
     /// The membership has ended (closed, fenced or failed) and cannot serve
     /// the request.
     #[error("group {group}: the member has stopped")]

@@ -62,6 +62,14 @@ pub struct ConsumerOptions {
     /// new Fetch is sent while this many bytes of fetched records wait to
     /// be polled.
     pub max_prefetch_bytes: usize,
+    /// `enable.auto.commit` (default **false**, unlike Kafka's `true`):
+    /// a group consumer commits what `poll` and `recv` returned every
+    /// `auto.commit.interval.ms`, on its next call. Without it, a group
+    /// consumer commits when told to, on revocation and on close. A
+    /// consumer without a group ignores it.
+    pub enable_auto_commit: bool,
+    /// `auto.commit.interval.ms` (default 5 s).
+    pub auto_commit_interval: Duration,
 }
 
 impl Default for ConsumerOptions {
@@ -76,6 +84,8 @@ impl Default for ConsumerOptions {
             max_poll_records: 500,
             check_crcs: true,
             max_prefetch_bytes: 50 << 20,
+            enable_auto_commit: false,
+            auto_commit_interval: Duration::from_secs(5),
         }
     }
 }
@@ -92,6 +102,8 @@ impl ConsumerOptions {
         "max.poll.records",
         "check.crcs",
         "weir.prefetch.bytes",
+        "enable.auto.commit",
+        "auto.commit.interval.ms",
     ];
 
     /// Applies one consumer property; `Ok(false)` if `key` is not one.
@@ -140,6 +152,8 @@ impl ConsumerOptions {
             "weir.prefetch.bytes" => {
                 self.max_prefetch_bytes = parse_number(key, value, 0, usize::MAX)?
             }
+            "enable.auto.commit" => self.enable_auto_commit = parse_bool(key, value)?,
+            "auto.commit.interval.ms" => self.auto_commit_interval = parse_millis(key, value)?,
             _ => return Ok(false),
         }
         Ok(true)
@@ -227,6 +241,16 @@ impl ConsumerConfig {
         self
     }
 
+    /// Sets `enable.auto.commit` and `auto.commit.interval.ms`: `Some`
+    /// turns auto-commit on with that interval (for a group consumer).
+    pub fn with_auto_commit(mut self, interval: Option<Duration>) -> Self {
+        self.consumer.enable_auto_commit = interval.is_some();
+        if let Some(interval) = interval {
+            self.consumer.auto_commit_interval = interval;
+        }
+        self
+    }
+
     /// Sets the prefetch bound (`weir.prefetch.bytes`).
     pub fn with_max_prefetch_bytes(mut self, bytes: usize) -> Self {
         self.consumer.max_prefetch_bytes = bytes;
@@ -246,8 +270,12 @@ mod tests {
             ("auto.offset.reset", "none"),
             ("fetch.max.wait.ms", "100"),
             ("max.poll.records", "10"),
+            ("enable.auto.commit", "true"),
+            ("auto.commit.interval.ms", "250"),
         ])
         .unwrap();
+        assert!(c.consumer.enable_auto_commit);
+        assert_eq!(c.consumer.auto_commit_interval, Duration::from_millis(250));
         assert_eq!(c.consumer.isolation_level, IsolationLevel::ReadCommitted);
         assert_eq!(c.consumer.auto_offset_reset, AutoOffsetReset::None);
         assert_eq!(c.consumer.fetch_max_wait, Duration::from_millis(100));

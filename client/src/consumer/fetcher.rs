@@ -156,6 +156,9 @@ impl Consumer {
             let Position::At(offset) = position else {
                 continue;
             };
+            if self.paused.contains(tp) {
+                continue;
+            }
             let Some(p) = metadata
                 .topic(&tp.topic)
                 .and_then(|t| t.partition(tp.partition))
@@ -288,8 +291,11 @@ impl Consumer {
                 let Some(fetch_offset) = expected(&tp) else {
                     continue;
                 };
-                // A seek or reassignment since the request makes this stale.
-                if self.assignment.get(&tp) != Some(&Position::At(fetch_offset)) {
+                // A seek, pause or reassignment since the request makes
+                // this stale.
+                if self.assignment.get(&tp) != Some(&Position::At(fetch_offset))
+                    || self.paused.contains(&tp)
+                {
                     continue;
                 }
                 match p.error_code {

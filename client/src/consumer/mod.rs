@@ -104,6 +104,8 @@ pub struct Consumer {
     /// Brokers to leave alone until then, after a failed fetch.
     backoff_until: HashMap<BrokerId, (Instant, u32)>,
     buffer: RecordBuffer,
+    /// Assigned partitions not fetched from until resumed.
+    paused: HashSet<TopicPartition>,
     /// How many times a fetch response has moved a partition's position
     /// (for [`poll_for_progress`](Self::poll_for_progress)).
     positions_moved: u64,
@@ -130,6 +132,7 @@ impl Consumer {
             fetching_from: HashSet::new(),
             backoff_until: HashMap::new(),
             buffer: RecordBuffer::default(),
+            paused: HashSet::new(),
             positions_moved: 0,
         }
     }
@@ -157,6 +160,7 @@ impl Consumer {
         }
         self.assignment = next;
         let assignment = &self.assignment;
+        self.paused.retain(|tp| assignment.contains_key(tp));
         self.buffer
             .retain_partitions(|tp| assignment.contains_key(tp));
     }
@@ -224,15 +228,119 @@ impl Consumer {
     /// corrupt batch ([`ClientError::Protocol`]), or a non-retriable
     /// server error such as an authorization failure.
     pub async fn poll(&mut self) -> Result<Vec<ConsumerRecord>> {
-        self.poll_inner(false).await
+        self.poll_inner(false, self.options.max_poll_records).await
     }
 
-    /// The poll loop; `on_progress`: also return (an empty batch) once a
-    /// fetch response moved a position without delivering any record.
-    async fn poll_inner(&mut self, on_progress: bool) -> Result<Vec<ConsumerRecord>> {
+    /// Waits for one record (rust-rdkafka's `recv`). Records come in the
+    /// same order as from [`poll`](Self::poll), which it can be mixed with.
+    ///
+    /// Cancel-safe, as `poll`.
+    ///
+    /// ```no_run
+    /// # async fn demo(consumer: &mut weir_client::consumer::Consumer) -> weir_client::Result<()> {
+    /// let record = consumer.recv().await?;
+    /// println!("{}-{}@{}", record.topic, record.partition, record.offset);
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// # Errors
+    /// As [`poll`](Self::poll).
+    pub async fn recv(&mut self) -> Result<ConsumerRecord> {
+        loop {
+            if let Some(record) = self.poll_inner(false, 1).await?.pop() {
+                return Ok(record);
+            }
+        }
+    }
+
+    /// The records as a [`futures_core::Stream`] (rust-rdkafka's
+    /// `StreamConsumer::stream`): each item is what [`recv`](Self::recv)
+    /// returns. Errors are yielded and the stream goes on.
+    ///
+    /// ```no_run
+    /// # async fn demo(consumer: &mut weir_client::consumer::Consumer) -> weir_client::Result<()> {
+    /// use futures_util::StreamExt;
+    ///
+    /// let mut records = std::pin::pin!(consumer.stream());
+    /// while let Some(record) = records.next().await {
+    ///     println!("{}", record?.offset);
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn stream(&mut self) -> impl futures_core::Stream<Item = Result<ConsumerRecord>> + '_ {
+        futures_util::stream::unfold(self, |consumer| async move {
+            let item = consumer.recv().await;
+            Some((item, consumer))
+        })
+    }
+
+    /// Stops fetching and returning records of `partitions` until they are
+    /// [`resume`](Self::resume)d; their positions are kept. Records of them
+    /// already fetched are dropped and fetched again after the resume.
+    ///
+    /// ```no_run
+    /// # async fn demo(consumer: &mut weir_client::consumer::Consumer) -> weir_client::Result<()> {
+    /// use weir_client::consumer::TopicPartition;
+    ///
+    /// let slow = [TopicPartition::new("events", 0)];
+    /// consumer.pause(&slow)?;
+    /// // ... poll the other partitions ...
+    /// consumer.resume(&slow);
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// # Errors
+    /// [`ClientError::NotAssigned`]; nothing is paused then.
+    pub fn pause(&mut self, partitions: &[TopicPartition]) -> Result<()> {
+        if let Some(tp) = partitions
+            .iter()
+            .find(|tp| !self.assignment.contains_key(*tp))
+        {
+            return Err(ClientError::NotAssigned {
+                topic: tp.topic.clone(),
+                partition: tp.partition,
+            });
+        }
+        for tp in partitions {
+            // The position goes back to the first record not returned.
+            if let Some(first) = self.buffer.first_offset(tp)
+                && let Some(position) = self.assignment.get_mut(tp)
+            {
+                *position = Position::At(first);
+            }
+            self.buffer.retain_partitions(|buffered| buffered != tp);
+            self.paused.insert(tp.clone());
+        }
+        Ok(())
+    }
+
+    /// Fetches and returns records of `partitions` again after a
+    /// [`pause`](Self::pause). Partitions not paused are left as they are.
+    pub fn resume(&mut self, partitions: &[TopicPartition]) {
+        for tp in partitions {
+            self.paused.remove(tp);
+        }
+    }
+
+    /// The paused partitions.
+    pub fn paused(&self) -> Vec<TopicPartition> {
+        self.assignment
+            .keys()
+            .filter(|tp| self.paused.contains(*tp))
+            .cloned()
+            .collect()
+    }
+
+    /// The poll loop, returning at most `max` records; `on_progress`: also
+    /// return (an empty batch) once a fetch response moved a position
+    /// without delivering any record.
+    async fn poll_inner(&mut self, on_progress: bool, max: usize) -> Result<Vec<ConsumerRecord>> {
         loop {
             if !self.buffer.is_empty() {
-                return Ok(self.take_buffered());
+                return Ok(self.buffer.take(max));
             }
             if self.assignment.is_empty() {
                 // Nothing to fetch: wait like an idle poll would.
@@ -286,14 +394,11 @@ impl Consumer {
     /// # Errors
     /// As [`poll`](Self::poll).
     pub async fn poll_for_progress(&mut self, max_wait: Duration) -> Result<Vec<ConsumerRecord>> {
-        match tokio::time::timeout(max_wait, self.poll_inner(true)).await {
+        let max = self.options.max_poll_records;
+        match tokio::time::timeout(max_wait, self.poll_inner(true, max)).await {
             Ok(result) => result,
             Err(_) => Ok(Vec::new()),
         }
-    }
-
-    fn take_buffered(&mut self) -> Vec<ConsumerRecord> {
-        self.buffer.take(self.options.max_poll_records)
     }
 
     /// Resolves every pending seek with ListOffsets.
