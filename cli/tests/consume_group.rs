@@ -215,3 +215,45 @@ async fn sigint_and_sigterm_leave_the_group_and_commit_what_was_printed() {
         );
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_ends_a_produce_waiting_on_stdin_with_what_it_read_delivered() {
+    let cluster = cluster_with("letters", &[]).await;
+    let args = strings(&["produce", "-b", &cluster.bootstrap(), "-t", "letters"]);
+    let mut child = Command::new(env!("CARGO_BIN_EXE_weir"))
+        .args(&args)
+        .env_remove("KAFKA_BOOTSTRAP")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Two lines, and stdin left open: the producer waits for more.
+    let mut stdin = child.stdin.take().unwrap();
+    std::io::Write::write_all(&mut stdin, b"x\ny\n").unwrap();
+    let mut delivered = false;
+    for _ in 0..600 {
+        let (_, _, end) = cluster.offsets("letters", 0).await.unwrap();
+        if end == 2 {
+            delivered = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(delivered, "the two lines were not produced within 60 s");
+    let sent = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(sent.success());
+    let output = tokio::task::spawn_blocking(move || wait_bounded(child, "produce (signalled)"))
+        .await
+        .unwrap();
+    drop(stdin);
+    assert!(
+        output.status.success(),
+        "weir produce after SIGTERM: {:?}; stderr: {}",
+        output.status,
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
