@@ -76,8 +76,18 @@ pub async fn run(args: ProduceArgs, connect: &ConnectArgs) -> Result<(), String>
         if args.partition.is_some() {
             return Err("--partition is not supported with --transactional-id".into());
         }
+        // All of stdin goes into one transaction: a signal before its end
+        // sends nothing.
         let mut lines = Vec::new();
-        for line in std::io::stdin().lock().lines() {
+        let mut stdin = stdin_lines();
+        loop {
+            let line = tokio::select! {
+                line = stdin.recv() => line,
+                signal = shutdown::requested() => {
+                    return Err(format!("interrupted by {signal} before the end of stdin; nothing was sent"));
+                }
+            };
+            let Some(line) = line else { break };
             let line = line.map_err(|e| format!("reading stdin: {e}"))?;
             let (key, value) = split_line(&line, args.key_delimiter.as_deref());
             lines.push((key.map(str::to_owned), value.to_owned()));

@@ -257,3 +257,55 @@ async fn sigterm_ends_a_produce_waiting_on_stdin_with_what_it_read_delivered() {
         String::from_utf8_lossy(&output.stderr)
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_ends_a_transactional_produce_before_the_end_of_stdin_sending_nothing() {
+    let cluster = cluster_with("letters", &[]).await;
+    let args = strings(&[
+        "produce",
+        "-b",
+        &cluster.bootstrap(),
+        "-t",
+        "letters",
+        "--transactional-id",
+        "tx",
+    ]);
+    let mut child = Command::new(env!("CARGO_BIN_EXE_weir"))
+        .args(&args)
+        .env_remove("KAFKA_BOOTSTRAP")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    std::io::Write::write_all(&mut stdin, b"x\n").unwrap();
+    // Once the command talks to the cluster, its signal handlers are in place.
+    let mut started = false;
+    for _ in 0..600 {
+        let requests = cluster.requests().await.unwrap();
+        if requests
+            .iter()
+            .any(|r| r.client_id.as_deref() == Some("weir-cli"))
+        {
+            started = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(
+        started,
+        "weir produce did not reach the cluster within 60 s"
+    );
+    let pid = child.id().to_string();
+    let output = tokio::task::spawn_blocking(move || {
+        let _ = Command::new("kill").args(["-TERM", &pid]).status();
+        wait_bounded(child, "transactional produce (signalled)")
+    })
+    .await
+    .unwrap();
+    drop(stdin);
+    assert!(!output.status.success(), "{output:?}");
+    let (_, _, end) = cluster.offsets("letters", 0).await.unwrap();
+    assert_eq!(end, 0, "nothing was sent");
+}
