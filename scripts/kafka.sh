@@ -214,6 +214,8 @@ cmd_start() {
     done
     echo "$nodes" >"$RUN_DIR/nodes"
     echo "$version" >"$RUN_DIR/version"
+    # The jars, for tools run against this cluster's files (Kafka's DumpLogSegments).
+    echo "$lib" >"$RUN_DIR/lib"
     for ((i = 1; i <= nodes; i++)); do
         local dir="$RUN_DIR/node$i"
         # stdin/stdout/stderr all redirected so a caller waiting on our pipes is not held.

@@ -156,6 +156,9 @@ else
     KAFKA_BOOTSTRAP="${out#KAFKA_BOOTSTRAP=}"
     [[ "$KAFKA_BOOTSTRAP" =~ ^127\.0\.0\.1:[0-9]+ ]] ||
         fatal "kafka.sh start printed '$out', expected KAFKA_BOOTSTRAP=127.0.0.1:PORT,..."
+    # The cluster's files, for the exactly-once verdict read from Kafka's own logs
+    # (tests/eos_kafka.rs), which must not be skipped here.
+    export WEIR_KAFKA_RUN_DIR="$STARTED_BROKER_RUN_DIR" WEIR_EXPECT_KAFKA_LOGS=1
 fi
 export KAFKA_BOOTSTRAP
 export WEIR_EXPECT_BROKER=1
@@ -240,8 +243,9 @@ other_kafka() { # label kafka.sh-start-args...
     out="$(WEIR_KAFKA_RUN_DIR="$dir" "$SCRIPT_DIR/kafka.sh" start --nodes 1 "$@")" || rc=$?
     if ((rc == 0)); then
         # Bounded, so a hang fails this step instead of stalling the whole run.
-        KAFKA_BOOTSTRAP="${out#KAFKA_BOOTSTRAP=}" WEIR_BROKER_KIND=kafka timeout 1200 \
-            cargo test -p weir-integration --test txn_kafka --test txn_broker --test streams_broker || rc=$?
+        KAFKA_BOOTSTRAP="${out#KAFKA_BOOTSTRAP=}" WEIR_BROKER_KIND=kafka WEIR_KAFKA_RUN_DIR="$dir" \
+            timeout 1200 cargo test -p weir-integration --test txn_kafka --test txn_broker \
+            --test streams_broker --test eos_kafka || rc=$?
     else
         echo "test.sh: could not start Kafka ($label)" >&2
     fi
