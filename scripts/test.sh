@@ -257,6 +257,10 @@ if [[ "${WEIR_BROKER_KIND:-}" == kafka ]]; then
     # The Kafka Streams 4.4 reference apps (compare/kafka-streams, built with Maven) run
     # with tiny inputs on the same cluster, judged by librdkafka, so they cannot rot.
     step kafka-streams-smoke "$REPO_ROOT/compare/kafka-streams/smoke.sh" "$KAFKA_BOOTSTRAP"
+    # The side-by-side deploy harness, tiny, on debug binaries, so it cannot rot (about 70 s):
+    # both word counts through a rolling restart, judged exact by librdkafka.
+    step compare-deploy-smoke env WEIR_COMPARE_PROFILE=debug "$REPO_ROOT/compare/deploy.sh" \
+        --instances 2 --baseline 3 --settle 2 --after 3
     # The fidelity suite (in the tests step above) compares the testkit with Kafka at the
     # versions both speak; once more at the versions Weir negotiates with each, where Kafka
     # runs transaction version 2 (differences listed in tests/fidelity.rs).
