@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Weir against Kafka Streams through a deploy, side by side on one Kafka cluster.
 
-    compare/deploy.sh [--runs N] [--strategy keep-state|empty-state|kill-all] [...]
+    compare/run.sh deploy [--runs N] [--strategy keep-state|empty-state|kill-all] [...]
     (or: "$(scripts/pyenv.sh)" compare/deploy.py --bootstrap B --weir-bin DIR --ks-classpath CP ...)
 
 Runs the word count (Weir's `wordcount` example and the Kafka Streams 4.4 app

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Zombie members under at-least-once: Weir and Kafka Streams 4.4 through outages.
 
-    compare/zombies.sh [--runs N] [--fault cut|stop] [--instances 2 --threads 3] [...]
+    compare/run.sh zombies [--runs N] [--fault cut|stop] [--instances 2 --threads 3] [...]
     (as root; or "$(scripts/pyenv.sh)" compare/zombies.py --weir-bin DIR --ks-classpath CP ...)
 
 The first report Weir answers: after a network partition a stream thread is

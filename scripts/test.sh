@@ -259,7 +259,7 @@ if [[ "${WEIR_BROKER_KIND:-}" == kafka ]]; then
     step kafka-streams-smoke "$REPO_ROOT/compare/kafka-streams/smoke.sh" "$KAFKA_BOOTSTRAP"
     # The side-by-side deploy harness, tiny, on debug binaries, so it cannot rot (about 70 s):
     # both word counts through a rolling restart, judged exact by librdkafka.
-    step compare-deploy-smoke env WEIR_COMPARE_PROFILE=debug "$REPO_ROOT/compare/deploy.sh" \
+    step compare-deploy-smoke env WEIR_COMPARE_PROFILE=debug "$REPO_ROOT/compare/run.sh" deploy \
         --instances 2 --baseline 3 --settle 2 --after 3
     # The fidelity suite (in the tests step above) compares the testkit with Kafka at the
     # versions both speak; once more at the versions Weir negotiates with each, where Kafka
