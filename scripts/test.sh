@@ -18,7 +18,8 @@
 #    weir-testkit and on the Kafka cluster, the transaction and streams suites again on
 #    Kafka 4.4 formatted with transaction.version=1 and on Kafka 3.9 (one node each), the
 #    Kafka Streams 4.4 reference apps' smoke run (compare/kafka-streams/smoke.sh), the
-#    testkit-against-Kafka fidelity suite once more at the versions Weir negotiates, doc tests, a compile check of the fuzz targets, and benches/peers built and run once
+#    testkit-against-Kafka fidelity suite once more at the versions Weir negotiates, doc tests, the user guide
+#    (scripts/guide.sh: links, configuration reference, mdBook build), a compile check of the fuzz targets, and benches/peers built and run once
 #    with tiny sizes (scripts/peers_smoke.sh; under CI it apt-get installs librocksdb-dev
 #    and libclang-dev).
 #
@@ -263,10 +264,15 @@ if [[ "${WEIR_BROKER_KIND:-}" == kafka ]]; then
 fi
 step dsl-examples "$SCRIPT_DIR/dsl_examples.sh"
 step doctests cargo test --workspace --doc
-# Issue 17: the fuzz targets (their own workspace, fuzz/) must keep compiling against the
+# The user guide (scripts/guide.sh): the configuration reference checked against the
+# code's property lists, every relative link of the Markdown checked, the book built with
+# mdBook. About 1 s; the first run on a machine without mdbook installs it from crates.io
+# (about 2 min of compiling, once).
+step guide "$SCRIPT_DIR/guide.sh"
+# The fuzz targets (their own workspace, fuzz/) must keep compiling against the
 # crates they drive; running them needs cargo-fuzz (scripts/fuzz_smoke.sh, fuzz/README.md).
 step fuzz-targets-build cargo check --manifest-path fuzz/Cargo.toml --bins --examples
-# Issue 18: benches/peers (Weir against rust-rdkafka and RocksDB, its own workspace) built
+# benches/peers (Weir against rust-rdkafka and RocksDB, its own workspace) built
 # in debug and run once with 2,000 records, every phase, on the testkit binary above, so
 # its use of the client and store APIs cannot rot. Under CI it apt-get installs Debian's
 # librocksdb-dev and libclang-dev (linked through bindgen; RocksDB is not compiled).
