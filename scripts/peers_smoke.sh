@@ -12,7 +12,7 @@
 # the install fails). Missing outside CI without root: the step fails and says so.
 #
 # A debug build: from a cold benches/peers/target it builds faster than release and a
-# 2,000-record run takes well under a second either way (figures in benches/README.md).
+# 2,000-record run takes well under a second either way (figures in benches/results/peers.md).
 # The target dir is benches/peers' own, or CARGO_TARGET_DIR if set.
 set -euo pipefail
 
