@@ -7,7 +7,7 @@
 # 2. broker: Apache Kafka 4.4 from Maven Central (scripts/kafka.sh: 3 combined KRaft nodes on
 #    loopback, RF 3, min.insync.replicas=2; stopped on exit), unless KAFKA_BOOTSTRAP is
 #    already set, in which case that broker is used as it is; WEIR_BROKER=tansu starts tansu
-#    instead (it cannot check aborts: see README, Brokers);
+#    instead (it cannot check aborts: see docs/guide/src/testing.md);
 # 3. independent clients: a Python venv with confluent-kafka and kafka-python, smoke-tested
 #    against the broker (scripts/interop/probe_tansu.py);
 # 4. cargo fmt --check, clippy -D warnings, nextest (unit + integration), the same probe
