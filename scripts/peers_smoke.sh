@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 18: benches/peers (Weir against rust-rdkafka and RocksDB) built and run once with
+# benches/peers (Weir against rust-rdkafka and RocksDB) built and run once with
 # tiny sizes, every phase (produce, consume, restore), so that a client or store API it
 # uses cannot change under it unnoticed, and a crash or a lost record fails. The figures
 # of so small a run mean nothing and are not checked.

@@ -214,20 +214,20 @@ fi
 # weir-testkit stands in for Kafka where tansu is wrong, so an independent client checks it
 # too, strictly (read_committed must hide aborted records there).
 step testkit-probe "$SCRIPT_DIR/interop/probe_testkit.sh" "$WEIR_PYTHON" fidelity
-# Issue 13: librdkafka as a zombie transactional producer against weir-testkit must be
+# librdkafka as a zombie transactional producer against weir-testkit must be
 # fenced with a FATAL error (_FENCED), as Apache Kafka (KIP-588) makes librdkafka see it.
 step testkit-zombie-probe "$SCRIPT_DIR/interop/probe_testkit.sh" "$WEIR_PYTHON" zombie
-# Issue 13: the weir CLI against librdkafka's mock cluster, which answers ApiVersions v3
+# The weir CLI against librdkafka's mock cluster, which answers ApiVersions v3
 # with UNSUPPORTED_VERSION, so Weir must downgrade. Without a CLI binary the probe tries to
 # build it and fails loudly; it is never skipped.
 step mock-cluster-probe "$SCRIPT_DIR/interop/probe_mock_cluster.sh" "$WEIR_CLI_BIN"
-# Issue 14: the weir-streams examples as separate processes on `weir-testkit serve`: a
+# The weir-streams examples as separate processes on `weir-testkit serve`: a
 # clear error for a missing topic, SIGTERM exits 0, a replaced instance, exact counts.
 step examples-e2e "$SCRIPT_DIR/examples_e2e.sh"
 # A rolling deploy of 3 wordcount processes (built by examples-e2e): worst latency per
 # partition printed, exactly-once checked.
 step rolling-deploy-procs python3 "$SCRIPT_DIR/rolling_deploy_procs.py" --bin "${CARGO_TARGET_DIR:-$REPO_ROOT/target}/debug"
-# Issue 16: the DSL examples check their own results on an embedded cluster, with a crash.
+# The DSL examples check their own results on an embedded cluster, with a crash.
 # The same two on the real broker (Apache Kafka, 3 nodes, unless another was given).
 step examples-e2e-broker "$SCRIPT_DIR/examples_e2e.sh" --bootstrap "$KAFKA_BOOTSTRAP"
 step rolling-deploy-procs-broker python3 "$SCRIPT_DIR/rolling_deploy_procs.py" --bin "${CARGO_TARGET_DIR:-$REPO_ROOT/target}/debug" --bootstrap "$KAFKA_BOOTSTRAP"
