@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""A rolling deploy of the `wordcount` example as real processes (issue 15).
+"""A rolling deploy of the `wordcount` example as real processes.
 
     scripts/rolling_deploy_procs.py [--instances 3] [--rate 100] [--bin DIR]
 
