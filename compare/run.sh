@@ -4,6 +4,7 @@
 #   compare/run.sh deploy  [deploy.py flags]    latency through a deploy (keep-state, empty-state, kill-all)
 #   compare/run.sh cost    [cost.py flags]      records/s, CPU per record, peak RSS
 #   compare/run.sh zombies [zombies.py flags]   zombie members under at-least-once (as root)
+#   compare/run.sh dirty   [dirty.py flags]     aborted writes and standbys under exactly-once (dedup)
 #
 # Builds Weir's examples (release; WEIR_COMPARE_PROFILE=debug for a quick look) and the
 # Kafka Streams apps (compare/kafka-streams/build.sh), sets up the Python clients
@@ -16,9 +17,9 @@ REPO="$(cd "$DIR/.." && pwd)"
 PROFILE="${WEIR_COMPARE_PROFILE:-release}"
 SCENARIO="${1:-}"
 case "$SCENARIO" in
-deploy | cost | zombies) shift ;;
+deploy | cost | zombies | dirty) shift ;;
 *)
-    echo "run.sh: name a scenario: deploy, cost or zombies (got '${SCENARIO}')" >&2
+    echo "run.sh: name a scenario: deploy, cost, zombies or dirty (got '${SCENARIO}')" >&2
     exit 2
     ;;
 esac
