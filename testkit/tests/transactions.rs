@@ -393,6 +393,79 @@ async fn transactional_offsets_are_pending_until_commit_and_zombies_are_refused(
     );
 }
 
+/// TxnOffsetCommit v6 names topics by id, as Kafka 4.4 accepts it: a known
+/// id commits under its topic and is echoed back; an id no topic has gets
+/// `UNKNOWN_TOPIC_ID` for each of its partitions.
+#[tokio::test]
+async fn txn_offset_commit_v6_names_topics_by_id() {
+    use weir_protocol::kafka_protocol::messages::TxnOffsetCommitRequest;
+    use weir_protocol::kafka_protocol::messages::txn_offset_commit_request::{
+        TxnOffsetCommitRequestPartition, TxnOffsetCommitRequestTopic,
+    };
+
+    let (cluster, mut p) = setup().await;
+    let mut consumer = TestClient::new(cluster.connect_duplex(0).await.unwrap(), "c1");
+    let (member, generation) = join_alone(&mut consumer, "grp", 5).await;
+    consumer
+        .call(5, &sync_request("grp", &member, generation, None, &[], 5))
+        .await;
+    let id = cluster.with_state(|s| s.topics["t"].id).await.unwrap();
+    let stranger = uuid::Uuid::from_u128(0xdead_beef);
+    let by_id = |topic_id: uuid::Uuid, offset: i64| {
+        TxnOffsetCommitRequestTopic::default()
+            .with_topic_id(topic_id)
+            .with_partitions(vec![
+                TxnOffsetCommitRequestPartition::default()
+                    .with_partition_index(0)
+                    .with_committed_offset(offset),
+            ])
+    };
+    let request = |topics| {
+        TxnOffsetCommitRequest::default()
+            .with_transactional_id(tid(TX))
+            .with_group_id(gid("grp"))
+            .with_member_id(s(&member))
+            .with_generation_id(generation)
+            .with_topics(topics)
+    };
+
+    let (_, pid, epoch) = init_producer(&mut p, TX, 60_000).await;
+    let answer = p
+        .call(
+            6,
+            &request(vec![by_id(id, 7), by_id(stranger, 9)])
+                .with_producer_id(weir_protocol::kafka_protocol::messages::ProducerId(pid))
+                .with_producer_epoch(epoch),
+        )
+        .await;
+    let got: Vec<_> = answer
+        .topics
+        .iter()
+        .map(|t| (t.topic_id, t.partitions[0].error_code))
+        .collect();
+    assert_eq!(
+        got,
+        [(stranger, 100), (id, 0)],
+        "UNKNOWN_TOPIC_ID, then NONE"
+    );
+    assert_eq!(end_txn(&mut p, TX, pid, epoch, true, 5).await, 0);
+    assert_eq!(
+        fetch_offset(&mut consumer, "grp", "t", 0, true).await,
+        (7, 0)
+    );
+
+    // Only unknown ids: answered at once, nothing staged.
+    let answer = p
+        .call(
+            6,
+            &request(vec![by_id(stranger, 9)])
+                .with_producer_id(weir_protocol::kafka_protocol::messages::ProducerId(pid))
+                .with_producer_epoch(epoch + 1),
+        )
+        .await;
+    assert_eq!(answer.topics[0].partitions[0].error_code, 100);
+}
+
 #[tokio::test]
 async fn idempotent_producers_get_fresh_ids() {
     let (_cluster, mut c) = setup().await;
