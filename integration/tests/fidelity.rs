@@ -66,23 +66,7 @@ const DELIBERATE: &[Known] = &[
 
 /// Testkit gaps found by this suite, still to be fixed in the testkit.
 /// Allowed for now; `WEIR_FIDELITY_STRICT=1` fails on them.
-const FAILING_FOR_NOW: &[Known] = &[
-    gap(
-        "versions",
-        "FindCoordinator: version",
-        "the testkit advertises FindCoordinator <= 4; Kafka 4.4 speaks 6",
-    ),
-    gap(
-        "versions",
-        "TxnOffsetCommit: version",
-        "the testkit advertises TxnOffsetCommit <= 5; Kafka 4.4 speaks 6",
-    ),
-    gap(
-        "versions",
-        "DescribeGroups: version",
-        "the testkit advertises DescribeGroups <= 5; Kafka 4.4 speaks 6",
-    ),
-];
+const FAILING_FOR_NOW: &[Known] = &[];
 
 /// Gaps that show only at the common versions. None left.
 const FAILING_FOR_NOW_AT_COMMON_VERSIONS: &[Known] = &[];
@@ -92,15 +76,6 @@ const FAILING_FOR_NOW_AT_COMMON_VERSIONS: &[Known] = &[];
 /// TxnOffsetCommit v6) and the testkit its older ones. Failing for now,
 /// like [`FAILING_FOR_NOW`].
 const FAILING_FOR_NOW_AT_WEIR_VERSIONS: &[Known] = &[];
-
-const fn gap(scenario: &'static str, key: &'static str, reason: &'static str) -> Known {
-    Known {
-        scenario,
-        key,
-        allowance: FailingForNow,
-        reason,
-    }
-}
 
 /// How long the whole comparison may take.
 const BUDGET: Duration = Duration::from_secs(110);
