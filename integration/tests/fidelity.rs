@@ -42,27 +42,17 @@ use Allowance::{Deliberate, FailingForNow};
 
 /// Differences the testkit has on purpose. Each is also listed in
 /// `testkit/README.md` under "Known differences from Kafka 4.4".
-const DELIBERATE: &[Known] = &[
-    Known {
-        scenario: "compacted_changelog",
-        key: "records left after compaction",
-        allowance: Deliberate,
-        reason: "the testkit compacts when a test calls `cluster.compact(topic, ..)`, so a test can \
+const DELIBERATE: &[Known] = &[Known {
+    scenario: "compacted_changelog",
+    key: "records left after compaction",
+    allowance: Deliberate,
+    reason: "the testkit compacts when a test calls `cluster.compact(topic, ..)`, so a test can \
                  check exactly what compaction leaves; Kafka's cleaner runs on its own schedule \
                  (log.cleaner.backoff.ms) and never on the active segment, so right after the \
                  writes it has removed nothing. What both guarantee (each key's last record \
                  survives at its offset, offsets increase, the high watermark stays) is compared \
                  as equal",
-    },
-    Known {
-        scenario: "initial_rebalance_delay",
-        key: "held about 3 s",
-        allowance: Deliberate,
-        reason: "group.initial.rebalance.delay.ms is 0 in the testkit by default, so that groups \
-                 form at once in tests; Kafka's is 3 s. `Cluster::builder().kafka_timing()` (or \
-                 WEIR_TESTKIT_TIMING=kafka) sets it to Kafka's",
-    },
-];
+}];
 
 /// Testkit gaps found by this suite, still to be fixed in the testkit.
 /// Allowed for now; `WEIR_FIDELITY_STRICT=1` fails on them.

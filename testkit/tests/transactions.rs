@@ -20,7 +20,15 @@ const TX: &str = "tx";
 const FV: i16 = 12;
 
 async fn setup() -> (Cluster, Client) {
-    let cluster = Cluster::builder().build().await.unwrap();
+    setup_with(Cluster::builder().instant_timing()).await
+}
+
+/// These tests check the coordinator's answers step by step, each right
+/// after the previous one: they take instant timing (markers before
+/// EndTxn's answer, timeouts aborted at their deadline). Kafka's timing,
+/// the default, has its own tests below.
+async fn setup_with(builder: weir_testkit::ClusterBuilder) -> (Cluster, Client) {
+    let cluster = builder.build().await.unwrap();
     cluster
         .create_topic("t", 1, [] as [(&str, &str); 0])
         .await
@@ -314,6 +322,62 @@ async fn the_transaction_timeout_aborts_exactly_on_time() {
     );
 }
 
+/// Kafka's timing, the default: EndTxn is answered before the markers are
+/// written (20 ms later), and meanwhile the next AddPartitionsToTxn gets
+/// `CONCURRENT_TRANSACTIONS` and read_committed readers stay at the LSO.
+#[tokio::test(start_paused = true)]
+async fn by_default_markers_follow_end_txn_after_kafkas_delay() {
+    let (_cluster, mut c) = setup_with(Cluster::builder()).await;
+    let (_, pid, epoch) = init_producer(&mut c, TX, 60_000).await;
+    assert_eq!(
+        add_partitions(&mut c, TX, pid, epoch, "t", &[0]).await,
+        vec![0]
+    );
+    assert_eq!(produce_txn(&mut c, pid, epoch, 0, &["a"]).await, 0);
+    let ended = tokio::time::Instant::now();
+    assert_eq!(end_txn(&mut c, TX, pid, epoch, true, 3).await, 0);
+    let (vals, lso, hw, _) = read_committed(&mut c).await;
+    assert_eq!((vals.len(), lso, hw), (0, 0, 1), "no marker yet");
+    assert_eq!(
+        add_partitions(&mut c, TX, pid, epoch, "t", &[0]).await,
+        vec![51],
+        "CONCURRENT_TRANSACTIONS"
+    );
+    tokio::time::sleep_until(ended + Duration::from_millis(21)).await;
+    let (vals, lso, hw, _) = read_committed(&mut c).await;
+    assert_eq!((vals, lso, hw), (vec!["a".to_owned()], 2, 2));
+    assert_eq!(
+        add_partitions(&mut c, TX, pid, epoch, "t", &[0]).await,
+        vec![0]
+    );
+}
+
+/// Kafka's timing, the default: a timed-out transaction is aborted by the
+/// scan that runs every 10 s, not at its deadline.
+#[tokio::test(start_paused = true)]
+async fn by_default_a_timed_out_transaction_waits_for_the_next_abort_scan() {
+    let (_cluster, mut c) = setup_with(Cluster::builder()).await;
+    let (_, pid, epoch) = init_producer(&mut c, TX, 1_000).await;
+    let started = tokio::time::Instant::now();
+    assert_eq!(
+        add_partitions(&mut c, TX, pid, epoch, "t", &[0]).await,
+        vec![0]
+    );
+    assert_eq!(produce_txn(&mut c, pid, epoch, 0, &["slow"]).await, 0);
+    tokio::time::sleep_until(started + Duration::from_millis(9_900)).await;
+    let (_, lso, hw, _) = read_committed(&mut c).await;
+    assert_eq!(
+        (lso, hw),
+        (0, 1),
+        "past its timeout, still open until the scan"
+    );
+    tokio::time::sleep_until(started + Duration::from_millis(10_100)).await;
+    let (vals, lso, hw, aborted) = read_committed(&mut c).await;
+    assert_eq!((lso, hw), (2, 2), "aborted by the scan");
+    assert!(vals.is_empty());
+    assert_eq!(aborted, vec![(pid, 0)]);
+}
+
 #[tokio::test]
 async fn transactional_offsets_are_pending_until_commit_and_zombies_are_refused() {
     let (cluster, mut p) = setup().await;
@@ -495,7 +559,13 @@ async fn idempotent_producers_get_fresh_ids() {
 async fn end_txn_marks_every_partition_on_every_broker() {
     use weir_protocol::kafka_protocol::messages::FindCoordinatorRequest;
 
-    let cluster = Cluster::builder().brokers(3).build().await.unwrap();
+    // Reads every partition right after EndTxn: markers before its answer.
+    let cluster = Cluster::builder()
+        .brokers(3)
+        .instant_timing()
+        .build()
+        .await
+        .unwrap();
     cluster
         .create_topic("m", 3, [] as [(&str, &str); 0])
         .await
@@ -654,8 +724,10 @@ async fn an_older_epoch_gets_producer_fenced_or_its_pre_kip588_code_at_every_ver
 /// default (3.6+) the same batch is refused with INVALID_TXN_STATE.
 #[tokio::test]
 async fn without_partition_verification_an_unadded_partition_hangs() {
+    // Checks the LSO right after EndTxn: markers before its answer.
     let cluster = Cluster::builder()
         .transaction_partition_verification(false)
+        .instant_timing()
         .build()
         .await
         .unwrap();
