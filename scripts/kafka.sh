@@ -3,6 +3,9 @@
 #
 #   scripts/kafka.sh install [--version V]       resolve Kafka V's jars once (cached, then offline)
 #   scripts/kafka.sh start [--nodes 1|3] [--version V] [--feature NAME=LEVEL]... [-o KEY=VALUE]...
+#                          [--listen-ips IP,...]    (clients' listener of node N on the Nth IP,
+#                                                   e.g. addresses a network namespace reaches;
+#                                                   default 127.0.0.1 for every node)
 #                                                format KRaft storage, start combined nodes on
 #                                                loopback, wait until every node answers and
 #                                                Metadata lists them all, print
@@ -85,11 +88,12 @@ cmd_install() {
     say "Kafka $version: $(find "$lib" -name '*.jar' | wc -l) jars in $lib after $(($(now_ms) - started)) ms"
 }
 
+# A free TCP port on the address $1 (default loopback).
 free_port() {
-    "$PYTHON" -c 'import socket
+    "$PYTHON" -c 'import socket, sys
 s = socket.socket()
-s.bind(("127.0.0.1", 0))
-print(s.getsockname()[1])'
+s.bind((sys.argv[1], 0))
+print(s.getsockname()[1])' "${1:-127.0.0.1}"
 }
 
 # The pid in node N's pid file if that process is alive and is a Kafka JVM.
@@ -132,15 +136,15 @@ logger.broker.level = INFO
 EOF
 }
 
-# node_properties N NODES PORT CONTROLLER_PORT VOTERS
+# node_properties N NODES PORT CONTROLLER_PORT VOTERS HOST
 node_properties() {
-    local id="$1" nodes="$2" port="$3" cport="$4" voters="$5" rf isr
+    local id="$1" nodes="$2" port="$3" cport="$4" voters="$5" host="$6" rf isr
     if ((nodes >= 3)); then rf=3 isr=2; else rf=1 isr=1; fi
     cat <<EOF
 process.roles=broker,controller
 node.id=$id
-listeners=PLAINTEXT://127.0.0.1:$port,CONTROLLER://127.0.0.1:$cport
-advertised.listeners=PLAINTEXT://127.0.0.1:$port
+listeners=PLAINTEXT://$host:$port,CONTROLLER://127.0.0.1:$cport
+advertised.listeners=PLAINTEXT://$host:$port
 controller.listener.names=CONTROLLER
 controller.quorum.voters=$voters
 listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
@@ -167,13 +171,14 @@ EOF
 }
 
 cmd_start() {
-    local nodes=1 version="$DEFAULT_VERSION" features=() overrides=()
+    local nodes=1 version="$DEFAULT_VERSION" features=() overrides=() hosts=()
     while (($#)); do
         case "$1" in
         --nodes) nodes="${2:?--nodes needs 1 or 3}"; shift 2 ;;
         --version) version="${2:?--version needs a Kafka version}"; shift 2 ;;
         --feature) features+=("${2:?--feature needs NAME=LEVEL}"); shift 2 ;;
         -o) overrides+=("${2:?-o needs KEY=VALUE}"); shift 2 ;;
+        --listen-ips) IFS=, read -r -a hosts <<<"${2:?--listen-ips needs IP,IP,...}"; shift 2 ;;
         *) die "unknown start option '$1' (see: $0 help)" ;;
         esac
     done
@@ -190,11 +195,15 @@ cmd_start() {
     local lib started i ports=() cports=() voters="" cluster_id bootstrap=""
     lib="$(lib_dir "$version")"
     started=$(now_ms)
+    if ((${#hosts[@]} == 0)); then
+        for ((i = 0; i < nodes; i++)); do hosts[i]=127.0.0.1; done
+    fi
+    ((${#hosts[@]} == nodes)) || die "--listen-ips needs $nodes addresses, one per node"
     for ((i = 1; i <= nodes; i++)); do
-        ports[i]="$(free_port)"
+        ports[i]="$(free_port "${hosts[i - 1]}")"
         cports[i]="$(free_port)"
         voters+="${voters:+,}$i@127.0.0.1:${cports[i]}"
-        bootstrap+="${bootstrap:+,}127.0.0.1:${ports[i]}"
+        bootstrap+="${bootstrap:+,}${hosts[i - 1]}:${ports[i]}"
     done
     # 16 random bytes in URL-safe base64 without padding: 22 characters, as Kafka wants.
     cluster_id="$("$PYTHON" -c 'import base64, os; print(base64.urlsafe_b64encode(os.urandom(16)).decode().rstrip("="))')"
@@ -204,7 +213,7 @@ cmd_start() {
         local dir="$RUN_DIR/node$i"
         mkdir -p "$dir/data"
         {
-            node_properties "$i" "$nodes" "${ports[i]}" "${cports[i]}" "$voters"
+            node_properties "$i" "$nodes" "${ports[i]}" "${cports[i]}" "$voters" "${hosts[i - 1]}"
             for kv in "${overrides[@]}"; do echo "$kv"; done
         } >"$dir/server.properties"
         java -cp "$lib/*" -Dlog4j2.configurationFile="$RUN_DIR/log4j2.properties" \
@@ -214,6 +223,8 @@ cmd_start() {
     done
     echo "$nodes" >"$RUN_DIR/nodes"
     echo "$version" >"$RUN_DIR/version"
+    # The jars, for tools run against this cluster's files (Kafka's DumpLogSegments).
+    echo "$lib" >"$RUN_DIR/lib"
     for ((i = 1; i <= nodes; i++)); do
         local dir="$RUN_DIR/node$i"
         # stdin/stdout/stderr all redirected so a caller waiting on our pipes is not held.
@@ -239,7 +250,7 @@ cmd_start() {
         ready=1
         for ((i = 1; i <= nodes; i++)); do
             "$PYTHON" "$SCRIPT_DIR/kafka_ping.py" --timeout 1 --brokers "$nodes" \
-                "127.0.0.1:${ports[i]}" 2>/dev/null || { ready=0; break; }
+                "${hosts[i - 1]}:${ports[i]}" 2>/dev/null || { ready=0; break; }
         done
         ((ready)) && break
         if (($(now_ms) > deadline)); then

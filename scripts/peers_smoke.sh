@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 18: benches/peers (Weir against rust-rdkafka and RocksDB) built and run once with
+# benches/peers (Weir against rust-rdkafka and RocksDB) built and run once with
 # tiny sizes, every phase (produce, consume, restore), so that a client or store API it
 # uses cannot change under it unnoticed, and a crash or a lost record fails. The figures
 # of so small a run mean nothing and are not checked.
@@ -12,7 +12,7 @@
 # the install fails). Missing outside CI without root: the step fails and says so.
 #
 # A debug build: from a cold benches/peers/target it builds faster than release and a
-# 2,000-record run takes well under a second either way (figures in benches/README.md).
+# 2,000-record run takes well under a second either way (figures in benches/results/peers.md).
 # The target dir is benches/peers' own, or CARGO_TARGET_DIR if set.
 set -euo pipefail
 

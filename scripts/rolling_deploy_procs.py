@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""A rolling deploy of the `wordcount` example as real processes (issue 15).
+"""A rolling deploy of the `wordcount` example as real processes.
 
     scripts/rolling_deploy_procs.py [--instances 3] [--rate 100] [--bin DIR]
 
@@ -84,6 +84,24 @@ def worst(records, start, end):
     return dict(out)
 
 
+def print_timeline(records, start, events):
+    """Per second since the feed started: records arrived, median and worst
+    latency, and what the deploy did in that second."""
+    buckets = collections.defaultdict(list)
+    for arrival, _, latency, _, _ in records:
+        buckets[int((arrival - start) // 1000)].append(latency)
+    marks = collections.defaultdict(list)
+    for at, what in events:
+        marks[int((at - start) // 1000)].append(what)
+    print("| second | records | median latency | worst | deploy |")
+    print("|---|---|---|---|---|")
+    for second in range(0, max(buckets) + 1 if buckets else 0):
+        lat = sorted(buckets.get(second, []))
+        med = f"{lat[len(lat) // 2]:.0f} ms" if lat else "-"
+        top = f"{lat[-1]:.0f} ms" if lat else "-"
+        print(f"| {second} | {len(lat)} | {med} | {top} | {', '.join(marks.get(second, []))} |")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--instances", type=int, default=3)
@@ -91,6 +109,8 @@ def main():
     ap.add_argument("--settle", type=float, default=5.0, help="seconds after RUNNING before the next restart")
     ap.add_argument("--bin", default=os.path.join(os.path.dirname(__file__), "..", "target", "debug"))
     ap.add_argument("--bootstrap", help="an existing cluster (e.g. Apache Kafka) instead of weir-testkit")
+    ap.add_argument("--timeline", action="store_true",
+                    help="also print, per second of arrival, the median and worst latency and the events")
     args = ap.parse_args()
     bin_dir = os.path.abspath(args.bin)
     weir = os.path.join(bin_dir, "weir")
@@ -185,6 +205,8 @@ def main():
                 time.sleep(max(0.0, next_at - time.time()))  # the feeder's pace
 
         feeding = threading.Thread(target=feed, daemon=True)
+        feed_start = time.time() * 1000
+        events = []  # (ms, what), for --timeline
         feeding.start()
 
         time.sleep(10)  # steady state before the deploy: the baseline
@@ -193,6 +215,7 @@ def main():
         for i in range(args.instances):
             p, path = instances[i]
             t0 = time.time()
+            events.append((t0 * 1000, f"SIGTERM i{i}"))
             p.send_signal(signal.SIGTERM)
             rc = p.wait(timeout=120)
             closes.append(time.time() - t0)
@@ -202,6 +225,8 @@ def main():
             instances[i] = start(i)
             wait_running(instances[i][1])
             restarts.append(time.time() - t1)
+            events.append((t1 * 1000, f"i{i} exited, restarted"))
+            events.append((time.time() * 1000, f"i{i} RUNNING"))
             log(f"i{i}: closed in {closes[-1]:.1f} s, running again {restarts[-1]:.1f} s after its restart")
             time.sleep(args.settle)  # the next instance goes once this one has settled
         deploy_end = time.time() * 1000
@@ -229,6 +254,8 @@ def main():
         print("|---|---|---|---|")
         for p in sorted(set(before) | set(during) | set(after)):
             print(f"| {p} | {before.get(p, 0):.0f} ms | {during.get(p, 0):.0f} ms | {after.get(p, 0):.0f} ms |")
+        if args.timeline:
+            print_timeline(records, feed_start, events)
         print("closes (SIGTERM to exit): " + ", ".join(f"{c:.1f} s" for c in closes))
         print("restarts (start to RUNNING): " + ", ".join(f"{r:.1f} s" for r in restarts))
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The long run of the streams checker (issue 17): seeds 0..N in chunks, one
+# The long run of the streams checker: seeds 0..N in chunks, one
 # summary line per chunk, every failing seed's violation printed.
 #
 #   scripts/streams_checker_long.sh [N=10000] [CHUNK=250] [THREADS=2]

@@ -7,7 +7,7 @@
 # 2. broker: Apache Kafka 4.4 from Maven Central (scripts/kafka.sh: 3 combined KRaft nodes on
 #    loopback, RF 3, min.insync.replicas=2; stopped on exit), unless KAFKA_BOOTSTRAP is
 #    already set, in which case that broker is used as it is; WEIR_BROKER=tansu starts tansu
-#    instead (it cannot check aborts: see README, Brokers);
+#    instead (it cannot check aborts: see docs/guide/src/testing.md);
 # 3. independent clients: a Python venv with confluent-kafka and kafka-python, smoke-tested
 #    against the broker (scripts/interop/probe_tansu.py);
 # 4. cargo fmt --check, clippy -D warnings, nextest (unit + integration), the same probe
@@ -18,7 +18,8 @@
 #    weir-testkit and on the Kafka cluster, the transaction and streams suites again on
 #    Kafka 4.4 formatted with transaction.version=1 and on Kafka 3.9 (one node each), the
 #    Kafka Streams 4.4 reference apps' smoke run (compare/kafka-streams/smoke.sh), the
-#    testkit-against-Kafka fidelity suite once more at the versions Weir negotiates, doc tests, a compile check of the fuzz targets, and benches/peers built and run once
+#    testkit-against-Kafka fidelity suite once more at the versions Weir negotiates, doc tests, the user guide
+#    (scripts/guide.sh: links, configuration reference, mdBook build), a compile check of the fuzz targets, and benches/peers built and run once
 #    with tiny sizes (scripts/peers_smoke.sh; under CI it apt-get installs librocksdb-dev
 #    and libclang-dev).
 #
@@ -156,6 +157,9 @@ else
     KAFKA_BOOTSTRAP="${out#KAFKA_BOOTSTRAP=}"
     [[ "$KAFKA_BOOTSTRAP" =~ ^127\.0\.0\.1:[0-9]+ ]] ||
         fatal "kafka.sh start printed '$out', expected KAFKA_BOOTSTRAP=127.0.0.1:PORT,..."
+    # The cluster's files, for the exactly-once verdict read from Kafka's own logs
+    # (tests/eos_kafka.rs), which must not be skipped here.
+    export WEIR_KAFKA_RUN_DIR="$STARTED_BROKER_RUN_DIR" WEIR_EXPECT_KAFKA_LOGS=1
 fi
 export KAFKA_BOOTSTRAP
 export WEIR_EXPECT_BROKER=1
@@ -213,20 +217,20 @@ fi
 # weir-testkit stands in for Kafka where tansu is wrong, so an independent client checks it
 # too, strictly (read_committed must hide aborted records there).
 step testkit-probe "$SCRIPT_DIR/interop/probe_testkit.sh" "$WEIR_PYTHON" fidelity
-# Issue 13: librdkafka as a zombie transactional producer against weir-testkit must be
+# librdkafka as a zombie transactional producer against weir-testkit must be
 # fenced with a FATAL error (_FENCED), as Apache Kafka (KIP-588) makes librdkafka see it.
 step testkit-zombie-probe "$SCRIPT_DIR/interop/probe_testkit.sh" "$WEIR_PYTHON" zombie
-# Issue 13: the weir CLI against librdkafka's mock cluster, which answers ApiVersions v3
+# The weir CLI against librdkafka's mock cluster, which answers ApiVersions v3
 # with UNSUPPORTED_VERSION, so Weir must downgrade. Without a CLI binary the probe tries to
 # build it and fails loudly; it is never skipped.
 step mock-cluster-probe "$SCRIPT_DIR/interop/probe_mock_cluster.sh" "$WEIR_CLI_BIN"
-# Issue 14: the weir-streams examples as separate processes on `weir-testkit serve`: a
+# The weir-streams examples as separate processes on `weir-testkit serve`: a
 # clear error for a missing topic, SIGTERM exits 0, a replaced instance, exact counts.
 step examples-e2e "$SCRIPT_DIR/examples_e2e.sh"
 # A rolling deploy of 3 wordcount processes (built by examples-e2e): worst latency per
 # partition printed, exactly-once checked.
 step rolling-deploy-procs python3 "$SCRIPT_DIR/rolling_deploy_procs.py" --bin "${CARGO_TARGET_DIR:-$REPO_ROOT/target}/debug"
-# Issue 16: the DSL examples check their own results on an embedded cluster, with a crash.
+# The DSL examples check their own results on an embedded cluster, with a crash.
 # The same two on the real broker (Apache Kafka, 3 nodes, unless another was given).
 step examples-e2e-broker "$SCRIPT_DIR/examples_e2e.sh" --bootstrap "$KAFKA_BOOTSTRAP"
 step rolling-deploy-procs-broker python3 "$SCRIPT_DIR/rolling_deploy_procs.py" --bin "${CARGO_TARGET_DIR:-$REPO_ROOT/target}/debug" --bootstrap "$KAFKA_BOOTSTRAP"
@@ -240,8 +244,9 @@ other_kafka() { # label kafka.sh-start-args...
     out="$(WEIR_KAFKA_RUN_DIR="$dir" "$SCRIPT_DIR/kafka.sh" start --nodes 1 "$@")" || rc=$?
     if ((rc == 0)); then
         # Bounded, so a hang fails this step instead of stalling the whole run.
-        KAFKA_BOOTSTRAP="${out#KAFKA_BOOTSTRAP=}" WEIR_BROKER_KIND=kafka timeout 1200 \
-            cargo test -p weir-integration --test txn_kafka --test txn_broker --test streams_broker || rc=$?
+        KAFKA_BOOTSTRAP="${out#KAFKA_BOOTSTRAP=}" WEIR_BROKER_KIND=kafka WEIR_KAFKA_RUN_DIR="$dir" \
+            timeout 1200 cargo test -p weir-integration --test txn_kafka --test txn_broker \
+            --test streams_broker --test eos_kafka || rc=$?
     else
         echo "test.sh: could not start Kafka ($label)" >&2
     fi
@@ -253,6 +258,10 @@ if [[ "${WEIR_BROKER_KIND:-}" == kafka ]]; then
     # The Kafka Streams 4.4 reference apps (compare/kafka-streams, built with Maven) run
     # with tiny inputs on the same cluster, judged by librdkafka, so they cannot rot.
     step kafka-streams-smoke "$REPO_ROOT/compare/kafka-streams/smoke.sh" "$KAFKA_BOOTSTRAP"
+    # The side-by-side deploy harness, tiny, on debug binaries, so it cannot rot (about 70 s):
+    # both word counts through a rolling restart, judged exact by librdkafka.
+    step compare-deploy-smoke env WEIR_COMPARE_PROFILE=debug "$REPO_ROOT/compare/run.sh" deploy \
+        --instances 2 --baseline 3 --settle 2 --after 3
     # The fidelity suite (in the tests step above) compares the testkit with Kafka at the
     # versions both speak; once more at the versions Weir negotiates with each, where Kafka
     # runs transaction version 2 (differences listed in tests/fidelity.rs).
@@ -263,10 +272,15 @@ if [[ "${WEIR_BROKER_KIND:-}" == kafka ]]; then
 fi
 step dsl-examples "$SCRIPT_DIR/dsl_examples.sh"
 step doctests cargo test --workspace --doc
-# Issue 17: the fuzz targets (their own workspace, fuzz/) must keep compiling against the
+# The user guide (scripts/guide.sh): the configuration reference checked against the
+# code's property lists, every relative link of the Markdown checked, the book built with
+# mdBook. About 1 s; the first run on a machine without mdbook installs it from crates.io
+# (about 2 min of compiling, once).
+step guide "$SCRIPT_DIR/guide.sh"
+# The fuzz targets (their own workspace, fuzz/) must keep compiling against the
 # crates they drive; running them needs cargo-fuzz (scripts/fuzz_smoke.sh, fuzz/README.md).
 step fuzz-targets-build cargo check --manifest-path fuzz/Cargo.toml --bins --examples
-# Issue 18: benches/peers (Weir against rust-rdkafka and RocksDB, its own workspace) built
+# benches/peers (Weir against rust-rdkafka and RocksDB, its own workspace) built
 # in debug and run once with 2,000 records, every phase, on the testkit binary above, so
 # its use of the client and store APIs cannot rot. Under CI it apt-get installs Debian's
 # librocksdb-dev and libclang-dev (linked through bindgen; RocksDB is not compiled).

@@ -1,6 +1,6 @@
-//! Every `weir …` command line shown in the repository's READMEs and
-//! `docs/*.md` runs, in the order shown, against an in-process weir-testkit
-//! cluster, and exits 0.
+//! Every `weir …` command line shown in the repository's READMEs and in the
+//! Markdown under `docs/` (the user guide) runs, in the order shown, against
+//! an in-process weir-testkit cluster, and exits 0.
 //!
 //! The lines are read from the Markdown files themselves, so an edit that
 //! breaks a documented command fails this test. The documented broker
@@ -56,7 +56,8 @@ fn repo_root() -> PathBuf {
 }
 
 /// Every README.md under the repository (outside build output and vendored
-/// crates) and every docs/*.md, sorted with the top-level README first.
+/// crates) and every Markdown file under docs/ (the user guide included),
+/// sorted with the top-level README first.
 fn doc_files(root: &Path) -> Vec<PathBuf> {
     fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
         let Ok(entries) = std::fs::read_dir(dir) else {
@@ -75,16 +76,25 @@ fn doc_files(root: &Path) -> Vec<PathBuf> {
             }
         }
     }
-    let mut files = Vec::new();
-    walk(root, &mut files);
-    if let Ok(entries) = std::fs::read_dir(root.join("docs")) {
+    fn walk_docs(dir: &Path, out: &mut Vec<PathBuf>) {
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            return;
+        };
         for entry in entries.flatten() {
             let path = entry.path();
-            if path.extension().is_some_and(|e| e == "md") {
-                files.push(path);
+            if path.is_dir() {
+                // `book` is the user guide's build output.
+                if entry.file_name() != "book" {
+                    walk_docs(&path, out);
+                }
+            } else if path.extension().is_some_and(|e| e == "md") {
+                out.push(path);
             }
         }
     }
+    let mut files = Vec::new();
+    walk(root, &mut files);
+    walk_docs(&root.join("docs"), &mut files);
     files.sort_by_key(|p| (p != &root.join("README.md"), p.clone()));
     files.dedup();
     files
@@ -259,7 +269,7 @@ fn every_documented_weir_command_runs_against_the_testkit() {
         );
     }
     lines.retain(|l| !EXCLUDED.iter().any(|(e, _)| l.text == *e));
-    // Guard the extractor itself: the top-level README's command-line section.
+    // Guard the extractor itself: the user guide's command-line page.
     assert!(
         lines.len() >= 8,
         "found only {} weir lines: {lines:#?}",

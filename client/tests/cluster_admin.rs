@@ -299,6 +299,12 @@ async fn groups_are_listed_and_described_via_their_coordinator() {
     assert_eq!(described[0].group_id, group);
     // No member has joined. (tansu also reports no members for active groups.)
     assert!(described[0].members.is_empty());
+    // A group that never existed is Dead, at every DescribeGroups version
+    // (v6 answers it GROUP_ID_NOT_FOUND).
+    let missing = format!("{group}-never-joined");
+    let described = admin.describe_groups(&[&missing]).await.unwrap();
+    assert_eq!(described[0].state, "Dead", "{described:?}");
+    assert!(described[0].members.is_empty());
     let offsets = admin.list_group_offsets(&group).await.unwrap();
     assert_eq!(
         offsets

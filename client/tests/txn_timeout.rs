@@ -13,7 +13,13 @@ use weir_client::transaction::TransactionConfig;
 
 #[tokio::test(start_paused = true)]
 async fn an_abandoned_transaction_is_aborted_by_its_timeout() {
-    let kit = testkit(1, &["out"]).await;
+    // Checks the abort at the deadline itself: no 10 s abort scan.
+    let kit = testkit_with(
+        weir_testkit::Cluster::builder().instant_timing(),
+        1,
+        &["out"],
+    )
+    .await;
     let txn = TransactionConfig::new("tx-timeout").with_timeout(Duration::from_millis(200));
     let p = producer(&kit, "abandoner", txn).await;
     p.begin().unwrap();
@@ -84,17 +90,13 @@ async fn an_unreachable_coordinator_fails_init_after_the_api_timeout_on_tokio_s_
     assert!(real_start.elapsed() < Duration::from_secs(3));
 }
 
-/// With Kafka's abort scan (every 10 s) a timed-out transaction is aborted
-/// at the first scan after its deadline, not at the deadline: an abandoned
-/// transaction holds its partitions' LSO up to the timeout plus a period.
+/// With Kafka's abort scan (every 10 s, the testkit's default) a timed-out
+/// transaction is aborted at the first scan after its deadline, not at the
+/// deadline: an abandoned transaction holds its partitions' LSO up to the
+/// timeout plus a period.
 #[tokio::test(start_paused = true)]
 async fn with_kafkas_abort_scan_a_timed_out_transaction_waits_for_the_next_scan() {
-    let kit = testkit_with(
-        weir_testkit::Cluster::builder().txn_abort_scan_interval(Duration::from_secs(10)),
-        1,
-        &["out"],
-    )
-    .await;
+    let kit = testkit(1, &["out"]).await;
     let txn = TransactionConfig::new("tx-scan").with_timeout(Duration::from_millis(200));
     let p = producer(&kit, "scanned", txn).await;
     p.begin().unwrap();

@@ -1,10 +1,11 @@
 //! The member against a real broker (`KAFKA_BOOTSTRAP`, Apache Kafka in CI): join
 //! with cooperative revocation, leave, crash, a static restart without a
 //! rebalance, and a static member's planned shutdown. Real time, with a 6 s
-//! session where tansu allows it (it holds a group's first JoinGroup for
-//! about half of it; see NOTES.md §1) and 20 s for static members (see
-//! the static restart). Skipped with a message when no broker is given,
-//! failed then if `WEIR_EXPECT_BROKER=1`.
+//! session (Kafka's `group.min.session.timeout.ms`) and 10 s for static
+//! members, so a restart fits well inside one. Skipped with a message when
+//! no broker is given, failed then if `WEIR_EXPECT_BROKER=1`. (On tansu,
+//! `WEIR_BROKER=tansu`, static members need about 20 s: it renews their
+//! session on Heartbeat only and holds a static JoinGroup for half of it.)
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -23,6 +24,18 @@ use weir_group::member::{GroupMember, Lease, MemberConfig, ShutdownMode};
 const LIMIT: Duration = Duration::from_secs(30);
 const SESSION: Duration = Duration::from_secs(6);
 const MARGIN: Duration = Duration::from_secs(1);
+
+/// The session of the static-membership tests: 10 s on Kafka; 20 s on
+/// tansu (`WEIR_BROKER_KIND=tansu`), whose static JoinGroup is held for
+/// half the session and a static SyncGroup for 3 s, and which renews a
+/// static session on Heartbeat only.
+fn static_session() -> Duration {
+    if std::env::var("WEIR_BROKER_KIND").as_deref() == Ok("tansu") {
+        Duration::from_secs(20)
+    } else {
+        Duration::from_secs(10)
+    }
+}
 
 fn bootstrap(test: &str) -> Option<String> {
     let _ = tracing_subscriber::fmt()
@@ -157,7 +170,8 @@ impl Crashable {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn broker_a_joining_member_gets_its_share_by_cooperative_revocation_and_all_on_leave() {
-    let Some(b) = bootstrap("tansu_a_joining_member_gets_its_share_by_cooperative_revocation")
+    let Some(b) =
+        bootstrap("member_broker a_joining_member_gets_its_share_by_cooperative_revocation")
     else {
         return;
     };
@@ -199,7 +213,8 @@ async fn broker_a_joining_member_gets_its_share_by_cooperative_revocation_and_al
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn broker_a_crashed_member_is_replaced_after_the_session_timeout() {
-    let Some(b) = bootstrap("tansu_a_crashed_member_is_replaced_after_the_session_timeout") else {
+    let Some(b) = bootstrap("member_broker a_crashed_member_is_replaced_after_the_session_timeout")
+    else {
         return;
     };
     let t = topic(&b, "member-crash").await;
@@ -209,13 +224,12 @@ async fn broker_a_crashed_member_is_replaced_after_the_session_timeout() {
     journal
         .wait_for(LIMIT, "a and c split", |e| split(e, &t, &["a", "c"]))
         .await;
-    // tansu renews a session on Heartbeat only, and the split's rebalance
-    // can take longer than the session's first seconds: right after it,
-    // tansu's last contact with a may be a heartbeat from before the
-    // rebalance (in one run of seven, c took over less than 4 s after the
-    // crash). So a crashes only once a heartbeat sent after the split was
-    // answered: its lease deadline, the heartbeat's send time + span, then
-    // lies past split + span.
+    // Right after the split, the coordinator's last contact with a may be a
+    // heartbeat from before the rebalance (tansu renews sessions on
+    // Heartbeat only: in one run of seven there, c took over less than 4 s
+    // after the crash). So a crashes only once a heartbeat sent after the
+    // split was answered: its lease deadline, the heartbeat's send time +
+    // span, then lies past split + span.
     let span = SESSION - MARGIN;
     let split_at = Instant::now();
     let renewed = loop {
@@ -234,7 +248,7 @@ async fn broker_a_crashed_member_is_replaced_after_the_session_timeout() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     };
     // The last heartbeat answered before the crash (a later one may have
-    // reached tansu unanswered: that only delays the expiry).
+    // reached the coordinator unanswered: that only delays the expiry).
     let last_renewal = a.lease.valid_until().unwrap_or(renewed) - span;
     let crashed_at = Instant::now();
     a.crash(&journal);
@@ -253,7 +267,7 @@ async fn broker_a_crashed_member_is_replaced_after_the_session_timeout() {
         took_over_at.saturating_duration_since(last_renewal)
     );
     // The coordinator noticed by the session timeout, not by a LeaveGroup:
-    // no earlier than a session after it last heard from a (tansu got that
+    // no earlier than a session after it last heard from a (it got that
     // heartbeat no earlier than it was sent; 100 ms for its clock's grain).
     assert!(
         took_over_at + Duration::from_millis(100) >= last_renewal + SESSION,
@@ -269,26 +283,16 @@ async fn broker_a_crashed_member_is_replaced_after_the_session_timeout() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn broker_static_member_restarts_without_a_rebalance() {
-    let Some(b) = bootstrap("tansu_static_member_restarts_without_a_rebalance") else {
+    let Some(b) = bootstrap("member_broker static_member_restarts_without_a_rebalance") else {
         return;
     };
     let t = topic(&b, "member-static").await;
     let journal = Journal::default();
-    // tansu renews a static member's session only on Heartbeat, never on
-    // JoinGroup or SyncGroup (checked in its group coordinator source and
-    // debug log), and holds a static JoinGroup for about half the session
-    // and a static SyncGroup for 3 s. The restarted member's first
-    // heartbeat thus comes session/2 + 4 s after it rejoins, and the old
-    // session, last renewed up to 3 s before the restart, must outlast
-    // that: otherwise tansu evicts the instance mid-restart (in our runs
-    // its group then did not form again within 40 s: every SyncGroup got
-    // REBALANCE_IN_PROGRESS, tansu still naming the evicted member as
-    // leader, so no member assigned). Kafka renews the session on the
-    // static rejoin itself. librdkafka (confluent-kafka) sees the same on
-    // tansu: with a 6 s session and an immediate restart the other member
-    // is rebalanced and the restarted one waits 14 s; with 20 s, neither.
-    // Hence a 20 s session here.
-    let config = |t: &str| config(t).with_session_timeout(Duration::from_secs(20));
+    // Kafka renews a static member's session on its rejoin, so a restart
+    // within the session keeps its partitions with no rebalance. (tansu
+    // renews it on Heartbeat only and holds a static JoinGroup for half the
+    // session: there the restart needs a 20 s session; see static_session.)
+    let config = |t: &str| config(t).with_session_timeout(static_session());
     let a = App::start(&b, "a", config(&t).with_instance_id("a-1"), &journal).await;
     let c = App::start(&b, "c", config(&t).with_instance_id("c-1"), &journal).await;
     journal
@@ -328,24 +332,22 @@ async fn broker_static_member_restarts_without_a_rebalance() {
         journal.non_writes()
     );
     assert_never_two_owners(&journal.entries());
-    // A planned shutdown of both (NOTES.md §1: tansu may hand a survivor a
-    // stale assignment when a static member really leaves, so stop both).
+    // A planned shutdown of both (tansu may hand a survivor a stale
+    // assignment when a static member really leaves, so stop both).
     a2.shut_down(ShutdownMode::Planned).await;
     c.shut_down(ShutdownMode::Planned).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn broker_planned_shutdown_of_a_static_member_hands_over_before_the_session_ends() {
-    let Some(b) = bootstrap("tansu_planned_shutdown_of_a_static_member_hands_over") else {
+    let Some(b) = bootstrap("member_broker planned_shutdown_of_a_static_member_hands_over") else {
         return;
     };
     let t = topic(&b, "member-planned").await;
     let journal = Journal::default();
-    // tansu holds a static JoinGroup for about half the session and a
-    // static SyncGroup for 3 s, so the survivor's rebalance alone takes
-    // session/2 + 3 s (14 s here). A handover caused by the session
-    // timeout instead would take longer than the session itself.
-    let session = Duration::from_secs(20);
+    // A handover caused by the session timeout instead of the planned
+    // leave would take longer than the session itself.
+    let session = static_session();
     let config = |t: &str, id: &str| config(t).with_session_timeout(session).with_instance_id(id);
     let a = App::start(&b, "a", config(&t, "a-1"), &journal).await;
     let c = App::start(&b, "c", config(&t, "c-1"), &journal).await;

@@ -214,7 +214,9 @@ async fn eager_revocation_longer_than_the_session_keeps_heartbeating() {
 /// coordinator waits for the SyncGroup: min(session, rebalance) - margin.
 #[tokio::test(start_paused = true)]
 async fn the_join_lease_is_bounded_by_the_rebalance_timeout() {
-    let tk = testkit(2).await;
+    // Measures the lease from a JoinGroup answered at once: no 3 s initial
+    // rebalance delay in between.
+    let tk = testkit_with(weir_testkit::Cluster::builder().instant_timing(), 2).await;
     let cluster = client(&tk.bootstrap(), "a").await;
     tk.intercept(
         Intercept::new(

@@ -1353,8 +1353,9 @@ enum Sending {
 }
 
 /// The application stalls past `transaction.timeout.ms` with its
-/// transaction open; the coordinator must abort it (then `tag` counts as
-/// aborted).
+/// transaction open; the coordinator must abort it by its next abort scan
+/// (Kafka's `transaction.abort.timed.out.transaction.cleanup.interval.ms`,
+/// 10 s; then `tag` counts as aborted).
 async fn outlive_transaction_timeout(
     kit: &Kit,
     tag: &str,
@@ -1368,7 +1369,11 @@ async fn outlive_transaction_timeout(
             .await
             .map_err(|e| e.to_string())?,
     );
-    tokio::time::sleep(TRANSACTION_TIMEOUT + Duration::from_secs(1)).await;
+    let scan = kit
+        .with_state(|s| s.config.txn_abort_scan_interval)
+        .await
+        .map_err(|e| e.to_string())?;
+    tokio::time::sleep(TRANSACTION_TIMEOUT + scan + Duration::from_secs(1)).await;
     let after = open(
         kit.unfinished_transactions()
             .await
@@ -1379,7 +1384,7 @@ async fn outlive_transaction_timeout(
     }
     if after {
         return Err(format!(
-            "transaction {tag} is still open past transaction.timeout.ms"
+            "transaction {tag} is still open past transaction.timeout.ms and the next abort scan"
         ));
     }
     // Whatever the instance does next, this transaction was aborted.
@@ -1541,6 +1546,9 @@ async fn leader_of(kit: &Kit, partition: i32) -> Result<i32, String> {
 /// # Errors
 /// The output could not be read to its last stable offsets.
 pub async fn read_committed(kit: &Kit, cluster: Cluster) -> Result<Reading, String> {
+    // The testkit, as Kafka, writes a transaction's markers after
+    // answering EndTxn: read once those of every ended transaction are in.
+    kit.markers_written().await.map_err(|e| e.to_string())?;
     let mut consumer = Consumer::with_cluster(
         cluster,
         ConsumerOptions {

@@ -4,6 +4,7 @@
 pub mod eos;
 pub mod eos_group;
 pub mod fidelity;
+pub mod kafka_logs;
 pub mod real_broker;
 pub mod streams_checker;
 pub mod testkit_dial;

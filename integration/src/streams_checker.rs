@@ -202,6 +202,10 @@ pub struct StreamsSchedule {
     pub faults: Vec<StreamsFault>,
     /// The negative control: at-least-once without the changelog fence.
     pub unfenced: bool,
+    /// The testkit without Kafka's timing (no initial rebalance delay,
+    /// markers before EndTxn's answer): see
+    /// [`StreamsSchedule::unfenced_with_zombie`].
+    pub instant_timing: bool,
 }
 
 impl StreamsSchedule {
@@ -235,6 +239,7 @@ impl StreamsSchedule {
             batch: rng.random_range(8..=24),
             faults,
             unfenced: false,
+            instant_timing: false,
         }
     }
 
@@ -244,6 +249,11 @@ impl StreamsSchedule {
         let mut s = StreamsSchedule::from_seed(seed);
         s.guarantee = Guarantee::AtLeastOnce;
         s.unfenced = true;
+        // The zombie's pause is timed against the rebalances of instant
+        // timing: under Kafka's 3 s initial rebalance delay these seeds'
+        // zombie no longer writes for a task that moved, and the control
+        // finds nothing.
+        s.instant_timing = true;
         s.faults.insert(0, StreamsFault::Zombie { slot: 0 });
         s
     }
@@ -411,6 +421,31 @@ struct Instance {
     dir: PathBuf,
     streams: KafkaStreams,
     zombie: Arc<AtomicBool>,
+}
+
+impl Run<'_> {
+    /// Waits (at most a minute) until the running instances' active tasks
+    /// cover every input partition.
+    async fn await_first_assignment(&self) -> Result<(), String> {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+        loop {
+            let active: BTreeSet<_> = self
+                .running
+                .iter()
+                .flat_map(|i| i.streams.metrics().tasks.into_keys())
+                .collect();
+            if active.len() >= usize::try_from(PARTITIONS).unwrap_or(0) {
+                return Ok(());
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return Err(format!(
+                    "only {} tasks assigned a minute after the start",
+                    active.len()
+                ));
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
 }
 
 struct Run<'a> {
@@ -835,13 +870,13 @@ struct Logs {
 }
 
 async fn run_and_check(schedule: &StreamsSchedule) -> Result<(StreamsObserved, Logs), String> {
-    let kit: Kit = Arc::new(
-        weir_testkit::Cluster::builder()
-            .brokers(BROKERS)
-            .build()
-            .await
-            .map_err(fail)?,
-    );
+    let builder = weir_testkit::Cluster::builder().brokers(BROKERS);
+    let builder = if schedule.instant_timing {
+        builder.instant_timing()
+    } else {
+        builder
+    };
+    let kit: Kit = Arc::new(builder.build().await.map_err(fail)?);
     for t in [INPUT, OUTPUT] {
         kit.create_topic(t, PARTITIONS, std::iter::empty::<(String, String)>())
             .await
@@ -865,6 +900,10 @@ async fn run_and_check(schedule: &StreamsSchedule) -> Result<(StreamsObserved, L
         run.start_new().await?;
     }
     run.produce_batch().await?;
+    // The first assignment waits out the initial rebalance delay (3 s on
+    // Kafka and the testkit, longer while members keep joining): the
+    // faults start once every task runs somewhere.
+    run.await_first_assignment().await?;
     tokio::time::sleep(Duration::from_secs(5)).await;
     for fault in &schedule.faults {
         run.apply(*fault).await?;

@@ -321,6 +321,8 @@ async fn the_end_checks_see_a_real_hanging_transaction() {
     assert!(visible_in_log(&raw).unwrap().is_empty());
 
     producer.abort().await.unwrap();
+    // The abort marker follows the answer, as on Kafka.
+    kit.markers_written().await.unwrap();
     let (_, lso, hw) = kit.offsets("out", 0).await.unwrap();
     assert_eq!(lso, hw);
     assert!(kit.unfinished_transactions().await.unwrap().is_empty());
@@ -336,6 +338,7 @@ async fn the_end_checks_see_a_real_hanging_transaction() {
         .await
         .unwrap();
     producer.commit().await.unwrap();
+    kit.markers_written().await.unwrap();
     assert_eq!(
         visible_in_log(&kit.raw_log("out", 0).await.unwrap()).unwrap(),
         vec!["out-0@done".to_owned()]

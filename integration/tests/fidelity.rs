@@ -42,47 +42,21 @@ use Allowance::{Deliberate, FailingForNow};
 
 /// Differences the testkit has on purpose. Each is also listed in
 /// `testkit/README.md` under "Known differences from Kafka 4.4".
-const DELIBERATE: &[Known] = &[
-    Known {
-        scenario: "compacted_changelog",
-        key: "records left after compaction",
-        allowance: Deliberate,
-        reason: "the testkit compacts when a test calls `cluster.compact(topic, ..)`, so a test can \
+const DELIBERATE: &[Known] = &[Known {
+    scenario: "compacted_changelog",
+    key: "records left after compaction",
+    allowance: Deliberate,
+    reason: "the testkit compacts when a test calls `cluster.compact(topic, ..)`, so a test can \
                  check exactly what compaction leaves; Kafka's cleaner runs on its own schedule \
                  (log.cleaner.backoff.ms) and never on the active segment, so right after the \
                  writes it has removed nothing. What both guarantee (each key's last record \
                  survives at its offset, offsets increase, the high watermark stays) is compared \
                  as equal",
-    },
-    Known {
-        scenario: "initial_rebalance_delay",
-        key: "held about 3 s",
-        allowance: Deliberate,
-        reason: "group.initial.rebalance.delay.ms is 0 in the testkit by default, so that groups \
-                 form at once in tests; Kafka's is 3 s. `Cluster::builder().kafka_timing()` (or \
-                 WEIR_TESTKIT_TIMING=kafka) sets it to Kafka's",
-    },
-];
+}];
 
 /// Testkit gaps found by this suite, still to be fixed in the testkit.
 /// Allowed for now; `WEIR_FIDELITY_STRICT=1` fails on them.
-const FAILING_FOR_NOW: &[Known] = &[
-    gap(
-        "versions",
-        "FindCoordinator: version",
-        "the testkit advertises FindCoordinator <= 4; Kafka 4.4 speaks 6",
-    ),
-    gap(
-        "versions",
-        "TxnOffsetCommit: version",
-        "the testkit advertises TxnOffsetCommit <= 5; Kafka 4.4 speaks 6",
-    ),
-    gap(
-        "versions",
-        "DescribeGroups: version",
-        "the testkit advertises DescribeGroups <= 5; Kafka 4.4 speaks 6",
-    ),
-];
+const FAILING_FOR_NOW: &[Known] = &[];
 
 /// Gaps that show only at the common versions. None left.
 const FAILING_FOR_NOW_AT_COMMON_VERSIONS: &[Known] = &[];
@@ -92,15 +66,6 @@ const FAILING_FOR_NOW_AT_COMMON_VERSIONS: &[Known] = &[];
 /// TxnOffsetCommit v6) and the testkit its older ones. Failing for now,
 /// like [`FAILING_FOR_NOW`].
 const FAILING_FOR_NOW_AT_WEIR_VERSIONS: &[Known] = &[];
-
-const fn gap(scenario: &'static str, key: &'static str, reason: &'static str) -> Known {
-    Known {
-        scenario,
-        key,
-        allowance: FailingForNow,
-        reason,
-    }
-}
 
 /// How long the whole comparison may take.
 const BUDGET: Duration = Duration::from_secs(110);

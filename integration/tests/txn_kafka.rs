@@ -82,6 +82,11 @@ async fn three_hundred_transactions_in_a_row_commit_and_abort() {
     let mut committed = [Vec::new(), Vec::new()];
     let mut last_committed_offset = None;
     let started = std::time::Instant::now();
+    // From the end of one transaction to the first record of the next
+    // acknowledged: what a retry of CONCURRENT_TRANSACTIONS (the previous
+    // transaction's markers still being written) costs.
+    let mut ended = None;
+    let mut gaps = Vec::new();
     for txn in 0..300i64 {
         let commit = txn % 5 != 4;
         p.begin().unwrap();
@@ -94,6 +99,9 @@ async fn three_hundred_transactions_in_a_row_commit_and_abort() {
             )
             .await
             .unwrap_or_else(|e| panic!("transaction {txn}: send: {e}"));
+            if let Some(at) = ended.take() {
+                gaps.push(std::time::Instant::now().duration_since(at));
+            }
             if commit {
                 committed[usize::try_from(partition).unwrap()].push(value);
             }
@@ -114,12 +122,23 @@ async fn three_hundred_transactions_in_a_row_commit_and_abort() {
                 .await
                 .unwrap_or_else(|e| panic!("transaction {txn}: abort: {e}"));
         }
+        ended = Some(std::time::Instant::now());
     }
     let took = started.elapsed();
     println!(
         "300 transactions in {} ms: {:.1} ms each (transaction.version={version})",
         took.as_millis(),
         took.as_secs_f64() * 1000.0 / 300.0
+    );
+    gaps.sort();
+    let at = |q: f64| gaps[((gaps.len() - 1) as f64 * q) as usize].as_secs_f64() * 1000.0;
+    println!(
+        "end of a transaction to the next one's first acknowledged record: \
+         median {:.1} ms, p90 {:.1} ms, max {:.1} ms over {} transactions",
+        at(0.5),
+        at(0.9),
+        at(1.0),
+        gaps.len()
     );
     let offsets = fetch_stable_offsets(&cluster, &group, std::slice::from_ref(&input))
         .await

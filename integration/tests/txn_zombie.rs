@@ -126,6 +126,9 @@ async fn read_input(
 
 /// Everything read_committed shows on the output, up to its last stable offset.
 async fn committed_output(kit: &Kit) -> Vec<String> {
+    // Kafka (and the testkit, by default) writes a transaction's markers
+    // after answering EndTxn: read once those of every ended one are in.
+    kit.markers_written().await.unwrap();
     let mut consumer = Consumer::with_cluster(
         client(kit, "checker").await,
         ConsumerOptions {

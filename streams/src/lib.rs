@@ -29,3 +29,26 @@ pub use error::{ProcessError, Result, SerdeError, StreamsError};
 pub use record::Record;
 pub use runtime::{KafkaStreams, QueryableKvStore, QueryableWindowStore, State};
 pub use topology::{Topology, TopologyBuilder};
+
+/// The Rust examples of the top-level README and of the user guide
+/// (`docs/guide`), compiled as doc tests so that they cannot drift from the
+/// API. Built only by `cargo test --doc`.
+#[cfg(doctest)]
+mod doc_examples {
+    #[doc = include_str!("../../README.md")]
+    struct Readme;
+    #[doc = include_str!("../../docs/guide/src/producer-consumer.md")]
+    struct GuideProducerConsumer;
+    #[doc = include_str!("../../docs/guide/src/groups.md")]
+    struct GuideGroups;
+    #[doc = include_str!("../../docs/guide/src/transactions.md")]
+    struct GuideTransactions;
+    #[doc = include_str!("../../docs/guide/src/streams.md")]
+    struct GuideStreams;
+    #[doc = include_str!("../../docs/guide/src/state-stores.md")]
+    struct GuideStateStores;
+    #[doc = include_str!("../../docs/guide/src/testing.md")]
+    struct GuideTesting;
+    #[doc = include_str!("../../docs/guide/src/operations/logs.md")]
+    struct GuideLogs;
+}

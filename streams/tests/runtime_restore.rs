@@ -106,7 +106,9 @@ async fn a_restart_restores_only_the_tail_and_a_new_instance_restores_everything
     assert_eq!(stores(dir.path(), tasks()), expected);
 
     // A new instance on an empty directory restores every changelog record
-    // before it processes.
+    // before it processes. The last stable offsets once the close's
+    // commit markers are written:
+    kit.markers_written().await.unwrap();
     let (_, end0, _) = kit.offsets(CHANGELOG, 0).await.unwrap();
     let (_, end1, _) = kit.offsets(CHANGELOG, 1).await.unwrap();
     let fresh = tempfile::tempdir().unwrap();

@@ -42,6 +42,14 @@ pub enum TestkitError {
         /// Details.
         message: String,
     },
+    /// Something the cluster was waited on for did not happen in time.
+    #[error("{what} did not happen within {waited:?}")]
+    TimedOut {
+        /// What was waited for.
+        what: String,
+        /// How long (tokio's clock).
+        waited: std::time::Duration,
+    },
     /// A protocol-level encoding or decoding error.
     #[error(transparent)]
     Protocol(#[from] ProtocolError),

@@ -204,6 +204,35 @@ async fn requests_go_to_the_coordinator_which_fails_over_when_its_broker_dies() 
             .iter()
             .all(|k| k.error_code == 0 && k.node_id.0 >= 0)
     );
+    // v5 and v6 keep v4's layout; v6's share-group key type is refused, as
+    // Kafka refuses a share key it cannot parse (INVALID_REQUEST).
+    for version in [5, 6] {
+        let found = c
+            .call(
+                version,
+                &FindCoordinatorRequest::default()
+                    .with_key_type(0)
+                    .with_coordinator_keys(vec![s("g")]),
+            )
+            .await;
+        assert_eq!(
+            (
+                found.coordinators[0].error_code,
+                found.coordinators[0].node_id.0
+            ),
+            (0, home),
+            "FindCoordinator v{version}"
+        );
+    }
+    let share = c
+        .call(
+            6,
+            &FindCoordinatorRequest::default()
+                .with_key_type(2)
+                .with_coordinator_keys(vec![s("g:nope:0")]),
+        )
+        .await;
+    assert_eq!(share.coordinators[0].error_code, 42, "INVALID_REQUEST");
 
     let other = (home + 1) % 3;
     let mut wrong = client(&cluster, other, "c").await;
@@ -247,7 +276,13 @@ async fn requests_go_to_the_coordinator_which_fails_over_when_its_broker_dies() 
 /// responses must encode at that version and carry what the version has.
 #[tokio::test]
 async fn every_advertised_version_of_the_group_apis_works() {
-    let cluster = cluster(1).await;
+    // Ten new groups in real time: Kafka's 3 s initial delay would only add
+    // 30 s to a test about request versions.
+    let cluster = Cluster::builder().instant_timing().build().await.unwrap();
+    cluster
+        .create_topic("t", 1, [] as [(&str, &str); 0])
+        .await
+        .unwrap();
     let mut c = client(&cluster, 0, "v").await;
     for version in 0..=9i16 {
         let group = format!("g{version}");
@@ -329,7 +364,7 @@ async fn every_advertised_version_of_the_group_apis_works() {
             );
         }
 
-        let describe_v = version.min(5);
+        let describe_v = version.min(6);
         let described = c
             .call(
                 describe_v,
@@ -371,6 +406,20 @@ async fn every_advertised_version_of_the_group_apis_works() {
             )
             .await;
         assert_eq!(deleted.results[0].error_code, 0, "DeleteGroups v{delete_v}");
+    }
+    // An unknown group is Dead at every version, and from v6 on also
+    // GROUP_ID_NOT_FOUND with Kafka's message.
+    for version in 0..=6i16 {
+        let described = c
+            .call(
+                version,
+                &DescribeGroupsRequest::default().with_groups(vec![gid("never")]),
+            )
+            .await;
+        let g = &described.groups[0];
+        assert_eq!(g.group_state.as_str(), "Dead", "DescribeGroups v{version}");
+        let expected = if version >= 6 { 69 } else { 0 };
+        assert_eq!(g.error_code, expected, "DescribeGroups v{version}");
     }
     // A group's protocol cannot change under its members.
     let mut d = client(&cluster, 0, "d").await;

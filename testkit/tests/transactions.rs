@@ -20,7 +20,15 @@ const TX: &str = "tx";
 const FV: i16 = 12;
 
 async fn setup() -> (Cluster, Client) {
-    let cluster = Cluster::builder().build().await.unwrap();
+    setup_with(Cluster::builder().instant_timing()).await
+}
+
+/// These tests check the coordinator's answers step by step, each right
+/// after the previous one: they take instant timing (markers before
+/// EndTxn's answer, timeouts aborted at their deadline). Kafka's timing,
+/// the default, has its own tests below.
+async fn setup_with(builder: weir_testkit::ClusterBuilder) -> (Cluster, Client) {
+    let cluster = builder.build().await.unwrap();
     cluster
         .create_topic("t", 1, [] as [(&str, &str); 0])
         .await
@@ -314,6 +322,62 @@ async fn the_transaction_timeout_aborts_exactly_on_time() {
     );
 }
 
+/// Kafka's timing, the default: EndTxn is answered before the markers are
+/// written (20 ms later), and meanwhile the next AddPartitionsToTxn gets
+/// `CONCURRENT_TRANSACTIONS` and read_committed readers stay at the LSO.
+#[tokio::test(start_paused = true)]
+async fn by_default_markers_follow_end_txn_after_kafkas_delay() {
+    let (_cluster, mut c) = setup_with(Cluster::builder()).await;
+    let (_, pid, epoch) = init_producer(&mut c, TX, 60_000).await;
+    assert_eq!(
+        add_partitions(&mut c, TX, pid, epoch, "t", &[0]).await,
+        vec![0]
+    );
+    assert_eq!(produce_txn(&mut c, pid, epoch, 0, &["a"]).await, 0);
+    let ended = tokio::time::Instant::now();
+    assert_eq!(end_txn(&mut c, TX, pid, epoch, true, 3).await, 0);
+    let (vals, lso, hw, _) = read_committed(&mut c).await;
+    assert_eq!((vals.len(), lso, hw), (0, 0, 1), "no marker yet");
+    assert_eq!(
+        add_partitions(&mut c, TX, pid, epoch, "t", &[0]).await,
+        vec![51],
+        "CONCURRENT_TRANSACTIONS"
+    );
+    tokio::time::sleep_until(ended + Duration::from_millis(21)).await;
+    let (vals, lso, hw, _) = read_committed(&mut c).await;
+    assert_eq!((vals, lso, hw), (vec!["a".to_owned()], 2, 2));
+    assert_eq!(
+        add_partitions(&mut c, TX, pid, epoch, "t", &[0]).await,
+        vec![0]
+    );
+}
+
+/// Kafka's timing, the default: a timed-out transaction is aborted by the
+/// scan that runs every 10 s, not at its deadline.
+#[tokio::test(start_paused = true)]
+async fn by_default_a_timed_out_transaction_waits_for_the_next_abort_scan() {
+    let (_cluster, mut c) = setup_with(Cluster::builder()).await;
+    let (_, pid, epoch) = init_producer(&mut c, TX, 1_000).await;
+    let started = tokio::time::Instant::now();
+    assert_eq!(
+        add_partitions(&mut c, TX, pid, epoch, "t", &[0]).await,
+        vec![0]
+    );
+    assert_eq!(produce_txn(&mut c, pid, epoch, 0, &["slow"]).await, 0);
+    tokio::time::sleep_until(started + Duration::from_millis(9_900)).await;
+    let (_, lso, hw, _) = read_committed(&mut c).await;
+    assert_eq!(
+        (lso, hw),
+        (0, 1),
+        "past its timeout, still open until the scan"
+    );
+    tokio::time::sleep_until(started + Duration::from_millis(10_100)).await;
+    let (vals, lso, hw, aborted) = read_committed(&mut c).await;
+    assert_eq!((lso, hw), (2, 2), "aborted by the scan");
+    assert!(vals.is_empty());
+    assert_eq!(aborted, vec![(pid, 0)]);
+}
+
 #[tokio::test]
 async fn transactional_offsets_are_pending_until_commit_and_zombies_are_refused() {
     let (cluster, mut p) = setup().await;
@@ -393,6 +457,79 @@ async fn transactional_offsets_are_pending_until_commit_and_zombies_are_refused(
     );
 }
 
+/// TxnOffsetCommit v6 names topics by id, as Kafka 4.4 accepts it: a known
+/// id commits under its topic and is echoed back; an id no topic has gets
+/// `UNKNOWN_TOPIC_ID` for each of its partitions.
+#[tokio::test]
+async fn txn_offset_commit_v6_names_topics_by_id() {
+    use weir_protocol::kafka_protocol::messages::TxnOffsetCommitRequest;
+    use weir_protocol::kafka_protocol::messages::txn_offset_commit_request::{
+        TxnOffsetCommitRequestPartition, TxnOffsetCommitRequestTopic,
+    };
+
+    let (cluster, mut p) = setup().await;
+    let mut consumer = TestClient::new(cluster.connect_duplex(0).await.unwrap(), "c1");
+    let (member, generation) = join_alone(&mut consumer, "grp", 5).await;
+    consumer
+        .call(5, &sync_request("grp", &member, generation, None, &[], 5))
+        .await;
+    let id = cluster.with_state(|s| s.topics["t"].id).await.unwrap();
+    let stranger = uuid::Uuid::from_u128(0xdead_beef);
+    let by_id = |topic_id: uuid::Uuid, offset: i64| {
+        TxnOffsetCommitRequestTopic::default()
+            .with_topic_id(topic_id)
+            .with_partitions(vec![
+                TxnOffsetCommitRequestPartition::default()
+                    .with_partition_index(0)
+                    .with_committed_offset(offset),
+            ])
+    };
+    let request = |topics| {
+        TxnOffsetCommitRequest::default()
+            .with_transactional_id(tid(TX))
+            .with_group_id(gid("grp"))
+            .with_member_id(s(&member))
+            .with_generation_id(generation)
+            .with_topics(topics)
+    };
+
+    let (_, pid, epoch) = init_producer(&mut p, TX, 60_000).await;
+    let answer = p
+        .call(
+            6,
+            &request(vec![by_id(id, 7), by_id(stranger, 9)])
+                .with_producer_id(weir_protocol::kafka_protocol::messages::ProducerId(pid))
+                .with_producer_epoch(epoch),
+        )
+        .await;
+    let got: Vec<_> = answer
+        .topics
+        .iter()
+        .map(|t| (t.topic_id, t.partitions[0].error_code))
+        .collect();
+    assert_eq!(
+        got,
+        [(stranger, 100), (id, 0)],
+        "UNKNOWN_TOPIC_ID, then NONE"
+    );
+    assert_eq!(end_txn(&mut p, TX, pid, epoch, true, 5).await, 0);
+    assert_eq!(
+        fetch_offset(&mut consumer, "grp", "t", 0, true).await,
+        (7, 0)
+    );
+
+    // Only unknown ids: answered at once, nothing staged.
+    let answer = p
+        .call(
+            6,
+            &request(vec![by_id(stranger, 9)])
+                .with_producer_id(weir_protocol::kafka_protocol::messages::ProducerId(pid))
+                .with_producer_epoch(epoch + 1),
+        )
+        .await;
+    assert_eq!(answer.topics[0].partitions[0].error_code, 100);
+}
+
 #[tokio::test]
 async fn idempotent_producers_get_fresh_ids() {
     let (_cluster, mut c) = setup().await;
@@ -422,7 +559,13 @@ async fn idempotent_producers_get_fresh_ids() {
 async fn end_txn_marks_every_partition_on_every_broker() {
     use weir_protocol::kafka_protocol::messages::FindCoordinatorRequest;
 
-    let cluster = Cluster::builder().brokers(3).build().await.unwrap();
+    // Reads every partition right after EndTxn: markers before its answer.
+    let cluster = Cluster::builder()
+        .brokers(3)
+        .instant_timing()
+        .build()
+        .await
+        .unwrap();
     cluster
         .create_topic("m", 3, [] as [(&str, &str); 0])
         .await
@@ -581,8 +724,10 @@ async fn an_older_epoch_gets_producer_fenced_or_its_pre_kip588_code_at_every_ver
 /// default (3.6+) the same batch is refused with INVALID_TXN_STATE.
 #[tokio::test]
 async fn without_partition_verification_an_unadded_partition_hangs() {
+    // Checks the LSO right after EndTxn: markers before its answer.
     let cluster = Cluster::builder()
         .transaction_partition_verification(false)
+        .instant_timing()
         .build()
         .await
         .unwrap();

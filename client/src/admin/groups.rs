@@ -93,6 +93,9 @@ impl Admin {
     }
 
     /// Describes `groups`, each asked of its coordinator, in the order asked.
+    /// A group that does not exist is described as `Dead` with no members,
+    /// whatever the broker's version (DescribeGroups v6, Kafka 4.0 on,
+    /// answers it `GROUP_ID_NOT_FOUND`; older versions describe it so).
     ///
     /// # Errors
     /// [`ClientError::Server`] naming the group (e.g. `GROUP_AUTHORIZATION_FAILED`),
@@ -141,6 +144,15 @@ impl Admin {
         {
             self.cluster
                 .invalidate_coordinator(CoordinatorKind::Group, group);
+        }
+        if g.error_code == codes::GROUP_ID_NOT_FOUND {
+            return Ok(GroupDescription {
+                group_id: group.to_owned(),
+                state: "Dead".to_owned(),
+                protocol_type: String::new(),
+                protocol: String::new(),
+                members: Vec::new(),
+            });
         }
         ClientError::check(g.error_code, ApiKey::DescribeGroups, Some(group), None).map_err(
             |e| {

@@ -726,6 +726,8 @@ pub fn version_cap(api: ApiKey) -> Option<i16> {
         // v10 names topics by id.
         ApiKey::OffsetFetch => Some(9),
         ApiKey::OffsetCommit => Some(9),
+        // v6 names topics by id, like OffsetCommit v10.
+        ApiKey::TxnOffsetCommit => Some(5),
         // v4+ (KIP-890) is the brokers' verification form; clients send
         // v3, as Kafka's own producer does (and tansu drops v4+).
         ApiKey::AddPartitionsToTxn => Some(3),

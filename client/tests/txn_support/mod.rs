@@ -87,6 +87,10 @@ pub fn read_committed_options() -> ConsumerOptions {
 /// Every value a read_committed consumer sees on `topic` up to the last
 /// stable offset, per partition.
 pub async fn read_committed(kit: &Kit, topic: &str, partitions: i32) -> BTreeMap<i32, Vec<String>> {
+    // Kafka (and the testkit, by default) writes a transaction's markers
+    // after answering EndTxn: read once those of every ended transaction
+    // are written. A transaction still open is not waited for.
+    kit.markers_written().await.unwrap();
     let cluster = client(kit, "reader").await;
     let mut consumer = Consumer::with_cluster(cluster, read_committed_options());
     let tps: Vec<TopicPartition> = (0..partitions)

@@ -261,6 +261,10 @@ pub async fn read_committed(kit: &Arc<Cluster>, topic: &str) -> Vec<(i32, String
 
 /// As [`read_committed`], with the values as bytes.
 pub async fn read_committed_raw(kit: &Arc<Cluster>, topic: &str) -> Vec<(i32, String, Vec<u8>)> {
+    // Kafka (and the testkit, by default) writes a transaction's markers
+    // after answering EndTxn: read once those of every ended transaction
+    // are written (an open transaction is not waited for).
+    kit.markers_written().await.unwrap();
     let client = client(kit, "reader").await;
     let partitions = client.partition_count(topic).await.unwrap() as i32;
     let options = ConsumerOptions {

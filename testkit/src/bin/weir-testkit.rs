@@ -35,8 +35,8 @@ enum Command {
         /// Do not create unknown topics on Metadata requests.
         #[arg(long)]
         no_auto_create: bool,
-        /// group.initial.rebalance.delay.ms.
-        #[arg(long, default_value_t = 0)]
+        /// group.initial.rebalance.delay.ms (Kafka's default: 3000).
+        #[arg(long, default_value_t = 3000)]
         initial_rebalance_delay_ms: u64,
         /// The finalized transaction.version: 2 as Kafka 4.x (KIP-890), 1, or 0 as Kafka 3.x.
         #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(i16).range(0..=2))]

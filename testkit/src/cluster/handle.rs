@@ -11,7 +11,10 @@ use tokio::net::TcpListener;
 use tokio::sync::{mpsc, oneshot};
 use tracing::info;
 
-use super::state::{Broker, ClusterConfig, ClusterState};
+use super::state::{
+    Broker, ClusterConfig, ClusterState, KAFKA_INITIAL_REBALANCE_DELAY,
+    KAFKA_TXN_ABORT_SCAN_INTERVAL, KAFKA_TXN_MARKER_DELAY,
+};
 use super::task::{Message, Shared, run};
 use crate::error::{Result, TestkitError};
 use crate::faults::{
@@ -73,32 +76,57 @@ impl ClusterBuilder {
         self
     }
 
-    /// How long markers take after EndTxn (default 0; Kafka takes tens of
-    /// milliseconds; see [`ClusterConfig::txn_marker_delay`]).
+    /// How long markers take after EndTxn (default 20 ms, as Kafka takes
+    /// tens of milliseconds; see [`ClusterConfig::txn_marker_delay`]).
     pub fn txn_marker_delay(mut self, delay: Duration) -> Self {
         self.config.txn_marker_delay = delay;
         self
     }
 
     /// The period of the scan that aborts timed-out transactions (default
-    /// 0: at the deadline; Kafka's is 10 s; see
+    /// 10 s, as Kafka; 0 aborts at the deadline; see
     /// [`ClusterConfig::txn_abort_scan_interval`]).
     pub fn txn_abort_scan_interval(mut self, interval: Duration) -> Self {
         self.config.txn_abort_scan_interval = interval;
         self
     }
 
-    /// Kafka 4.4's timings for what the testkit otherwise does at once:
-    /// markers 20 ms after EndTxn, the timed-out-transaction scan every
-    /// 10 s, and a 3 s initial rebalance delay. Later builder calls still
-    /// override each.
+    /// Kafka 4.4's timings, the defaults: markers 20 ms after EndTxn, the
+    /// timed-out-transaction scan every 10 s, and a 3 s initial rebalance
+    /// delay. Useful to undo [`instant_timing`](Self::instant_timing) (or
+    /// `WEIR_TESTKIT_TIMING=instant`); later builder calls still override
+    /// each.
+    ///
+    /// ```
+    /// let builder = weir_testkit::Cluster::builder().kafka_timing();
+    /// # drop(builder);
+    /// ```
     pub fn kafka_timing(self) -> Self {
-        self.txn_marker_delay(Duration::from_millis(20))
-            .txn_abort_scan_interval(Duration::from_secs(10))
-            .group_initial_rebalance_delay(Duration::from_secs(3))
+        self.txn_marker_delay(KAFKA_TXN_MARKER_DELAY)
+            .txn_abort_scan_interval(KAFKA_TXN_ABORT_SCAN_INTERVAL)
+            .group_initial_rebalance_delay(KAFKA_INITIAL_REBALANCE_DELAY)
     }
 
-    /// `group.initial.rebalance.delay.ms` (default 0; Kafka's is 3 s).
+    /// No waiting where Kafka waits: markers are written before EndTxn is
+    /// answered, a timed-out transaction is aborted at its deadline, and
+    /// the first rebalance of a group completes as soon as its members
+    /// have joined. For a test that checks exact timing on tokio's paused
+    /// clock (a transaction aborted exactly at its timeout), or reads a
+    /// transaction's outcome right after EndTxn returns, and does not
+    /// want to account for Kafka's delays. Tests about correctness should
+    /// rather wait for the outcome, so that they hold on Kafka too.
+    ///
+    /// ```
+    /// let builder = weir_testkit::Cluster::builder().instant_timing();
+    /// # drop(builder);
+    /// ```
+    pub fn instant_timing(self) -> Self {
+        self.txn_marker_delay(Duration::ZERO)
+            .txn_abort_scan_interval(Duration::ZERO)
+            .group_initial_rebalance_delay(Duration::ZERO)
+    }
+
+    /// `group.initial.rebalance.delay.ms` (default 3 s, as Kafka's).
     pub fn group_initial_rebalance_delay(mut self, delay: Duration) -> Self {
         self.config.group_initial_rebalance_delay = delay;
         self
@@ -180,10 +208,11 @@ pub struct Cluster {
 }
 
 impl Cluster {
-    /// A builder with one broker and Kafka's defaults, except the timings
-    /// the testkit leaves at zero (see [`ClusterBuilder::kafka_timing`]).
-    /// With `WEIR_TESTKIT_TIMING=kafka` in the environment those start at
-    /// Kafka's values too, so a whole test suite can be measured with them.
+    /// A builder with one broker and Kafka's defaults, timings included
+    /// (see [`ClusterBuilder::kafka_timing`]). With
+    /// `WEIR_TESTKIT_TIMING=instant` in the environment the timings start
+    /// at zero instead ([`ClusterBuilder::instant_timing`]), so a whole
+    /// test suite can be measured without them.
     ///
     /// ```
     /// let builder = weir_testkit::Cluster::builder().brokers(3);
@@ -191,8 +220,8 @@ impl Cluster {
     /// ```
     pub fn builder() -> ClusterBuilder {
         let builder = ClusterBuilder::default();
-        if std::env::var("WEIR_TESTKIT_TIMING").as_deref() == Ok("kafka") {
-            builder.kafka_timing()
+        if std::env::var("WEIR_TESTKIT_TIMING").as_deref() == Ok("instant") {
+            builder.instant_timing()
         } else {
             builder
         }
@@ -297,6 +326,48 @@ impl Cluster {
                 })
         })
         .await?
+    }
+
+    /// Waits until the markers of every transaction ended so far are
+    /// written. Kafka answers EndTxn before it writes the markers (the
+    /// testkit too, by default: see [`ClusterBuilder::txn_marker_delay`]),
+    /// so a test that reads a transaction's outcome right after committing
+    /// or aborting it waits here first, as a reader on Kafka would wait
+    /// for the last stable offset to move. Returns at once under
+    /// [`ClusterBuilder::instant_timing`].
+    ///
+    /// ```
+    /// # tokio_test_block_on(async {
+    /// let cluster = weir_testkit::Cluster::builder().build().await?;
+    /// // ... commit a transaction ...
+    /// cluster.markers_written().await?;
+    /// // ... read_committed readers now see its outcome ...
+    /// # Ok::<(), weir_testkit::TestkitError>(())
+    /// # });
+    /// # fn tokio_test_block_on<F: std::future::Future>(f: F) -> F::Output {
+    /// #     tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(f)
+    /// # }
+    /// ```
+    ///
+    /// # Errors
+    /// [`TestkitError::TimedOut`] if markers are still pending after a
+    /// minute of tokio's clock; [`TestkitError::ClusterStopped`].
+    pub async fn markers_written(&self) -> Result<()> {
+        const BOUND: Duration = Duration::from_secs(60);
+        const EVERY: Duration = Duration::from_millis(1);
+        let start = tokio::time::Instant::now();
+        loop {
+            if self.with_state(|s| s.pending_markers.is_empty()).await? {
+                return Ok(());
+            }
+            if start.elapsed() >= BOUND {
+                return Err(TestkitError::TimedOut {
+                    what: "writing the pending transaction markers".to_owned(),
+                    waited: BOUND,
+                });
+            }
+            tokio::time::sleep(EVERY).await;
+        }
     }
 
     /// The log start offset, last stable offset and high watermark of a partition.

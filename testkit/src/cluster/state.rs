@@ -33,6 +33,15 @@ use crate::server::AbortOnDrop;
 /// cluster allocate without bound.
 pub const MAX_PARTITIONS: i32 = 10_000;
 
+/// Kafka's `group.initial.rebalance.delay.ms` (3 s), the testkit's default.
+pub(crate) const KAFKA_INITIAL_REBALANCE_DELAY: Duration = Duration::from_secs(3);
+/// How long Kafka takes to write transaction markers after answering
+/// EndTxn, about (20 ms), the testkit's default.
+pub(crate) const KAFKA_TXN_MARKER_DELAY: Duration = Duration::from_millis(20);
+/// Kafka's `transaction.abort.timed.out.transaction.cleanup.interval.ms`
+/// (10 s), the testkit's default.
+pub(crate) const KAFKA_TXN_ABORT_SCAN_INTERVAL: Duration = Duration::from_secs(10);
+
 /// Settings fixed when the cluster is built.
 #[derive(Debug, Clone)]
 pub struct ClusterConfig {
@@ -46,8 +55,7 @@ pub struct ClusterConfig {
     /// Partitions of an auto-created topic or of CreateTopics with -1.
     pub default_partitions: i32,
     /// `group.initial.rebalance.delay.ms`: how long the first rebalance of an
-    /// empty group waits for more members. Kafka's default is 3 s; the
-    /// testkit's is 0 (see the README's known differences).
+    /// empty group waits for more members. 3 s by default, as in Kafka.
     pub group_initial_rebalance_delay: Duration,
     /// How long after answering EndTxn (or aborting a transaction) the
     /// coordinator takes to write its markers. Kafka answers EndTxn once
@@ -55,14 +63,13 @@ pub struct ClusterConfig {
     /// meanwhile the next AddPartitionsToTxn or InitProducerId of that id
     /// gets `CONCURRENT_TRANSACTIONS`, a stable offset fetch of its group
     /// `UNSTABLE_OFFSET_COMMIT`, and read_committed readers wait at the
-    /// LSO. Kafka 4.4 on three local nodes took 20 to 40 ms. The testkit's
-    /// default is zero: the markers are written before the answer (see the
-    /// README's known differences).
+    /// LSO. Kafka 4.4 on three local nodes took 20 to 40 ms; the default is
+    /// 20 ms. Zero writes the markers before the answer.
     pub txn_marker_delay: Duration,
     /// `transaction.abort.timed.out.transaction.cleanup.interval.ms`: a
     /// transaction past its timeout is aborted at the next scan of this
-    /// period (Kafka: 10 s), not at its deadline. Zero, the testkit's
-    /// default, aborts at the deadline (see the README's known differences).
+    /// period (Kafka and the default: 10 s), not at its deadline. Zero
+    /// aborts at the deadline.
     pub txn_abort_scan_interval: Duration,
     /// The cluster id reported by Metadata.
     pub cluster_id: String,
@@ -89,9 +96,9 @@ impl Default for ClusterConfig {
             ports: Vec::new(),
             auto_create_topics: true,
             default_partitions: 1,
-            group_initial_rebalance_delay: Duration::ZERO,
-            txn_marker_delay: Duration::ZERO,
-            txn_abort_scan_interval: Duration::ZERO,
+            group_initial_rebalance_delay: KAFKA_INITIAL_REBALANCE_DELAY,
+            txn_marker_delay: KAFKA_TXN_MARKER_DELAY,
+            txn_abort_scan_interval: KAFKA_TXN_ABORT_SCAN_INTERVAL,
             cluster_id: "weir-testkit".to_owned(),
             transaction_partition_verification: true,
             transaction_version: 2,

@@ -9,9 +9,10 @@ use super::{Reply, RequestContext};
 use crate::cluster::ClusterState;
 use crate::coordinator::driver::check_coordinator;
 
-/// Versions 0 to 5 (v4: instance ids). v6 would answer unknown groups with
-/// `GROUP_ID_NOT_FOUND`; up to v5 they are described as Dead.
-pub const VERSIONS: (i16, i16) = (0, 5);
+/// Versions 0 to 6 (v4: instance ids; v6, KIP-1043: an unknown group is
+/// answered `GROUP_ID_NOT_FOUND` with a message, still described as Dead;
+/// up to v5 it is only described as Dead).
+pub const VERSIONS: (i16, i16) = (0, 6);
 
 /// Describes each group this broker coordinates.
 pub fn handle(

@@ -12,8 +12,12 @@ use super::{Reply, RequestContext};
 use crate::cluster::ClusterState;
 use crate::coordinator::driver::coordinator_node;
 
-/// Versions 0 to 4 (v4: batched keys, KIP-699).
-pub const VERSIONS: (i16, i16) = (0, 4);
+/// Versions 0 to 6 (v4: batched keys, KIP-699; v5 may answer
+/// `TRANSACTION_ABORTABLE`, which the testkit never needs to; v6 adds key
+/// type 2, a share group's state partition, KIP-932). The testkit has no
+/// share groups: key type 2 is answered `INVALID_REQUEST`, as Kafka answers
+/// a share key it cannot parse.
+pub const VERSIONS: (i16, i16) = (0, 6);
 
 /// One key's answer: (error, node, host, port).
 fn locate(state: &ClusterState, key: &str, key_type: i8) -> (i16, i32, String, i32) {

@@ -6,8 +6,9 @@ use weir_protocol::kafka_protocol::messages::txn_offset_commit_response::{
     TxnOffsetCommitResponsePartition, TxnOffsetCommitResponseTopic,
 };
 use weir_protocol::kafka_protocol::messages::{
-    ResponseKind, TxnOffsetCommitRequest, TxnOffsetCommitResponse,
+    ResponseKind, TopicName, TxnOffsetCommitRequest, TxnOffsetCommitResponse,
 };
+use weir_protocol::kafka_protocol::protocol::StrBytes;
 
 use weir_protocol::kafka_protocol::ResponseError;
 
@@ -17,19 +18,71 @@ use crate::coordinator::driver::{check_coordinator, flush};
 use crate::coordinator::group::{CommitMember, OffsetToCommit};
 use crate::coordinator::txn::error_code_for;
 
-/// Versions 0 to 5 (v3: group metadata, KIP-447; v4:
+/// Versions 0 to 6 (v3: group metadata, KIP-447; v4:
 /// `TRANSACTION_ABORTABLE`; v5: transaction version 2, the group's offsets
-/// join the transaction without AddOffsetsToTxn). A fenced producer gets
-/// `INVALID_PRODUCER_EPOCH` at every version, as from Kafka's verification.
-pub const VERSIONS: (i16, i16) = (0, 5);
+/// join the transaction without AddOffsetsToTxn; v6: topics named by id).
+/// A fenced producer gets `INVALID_PRODUCER_EPOCH` at every version, as
+/// from Kafka's verification.
+pub const VERSIONS: (i16, i16) = (0, 6);
+
+/// v6 names topics by id. As Kafka does, each id is resolved to its topic's
+/// name; the topics of an id no topic has are taken out of the request and
+/// answered `UNKNOWN_TOPIC_ID` for each partition.
+fn resolve_topic_ids(
+    state: &ClusterState,
+    req: &mut TxnOffsetCommitRequest,
+) -> Vec<TxnOffsetCommitResponseTopic> {
+    let mut unknown = Vec::new();
+    let mut known = Vec::new();
+    for mut t in std::mem::take(&mut req.topics) {
+        let name = state
+            .topics
+            .values()
+            .find(|x| !t.topic_id.is_nil() && x.id == t.topic_id)
+            .map(|x| x.name.clone());
+        match name {
+            Some(name) => {
+                t.name = TopicName(StrBytes::from_string(name));
+                known.push(t);
+            }
+            None => unknown.push(
+                TxnOffsetCommitResponseTopic::default()
+                    .with_topic_id(t.topic_id)
+                    .with_partitions(
+                        t.partitions
+                            .iter()
+                            .map(|p| {
+                                TxnOffsetCommitResponsePartition::default()
+                                    .with_partition_index(p.partition_index)
+                                    .with_error_code(ResponseError::UnknownTopicId.code())
+                            })
+                            .collect(),
+                    ),
+            ),
+        }
+    }
+    req.topics = known;
+    unknown
+}
 
 /// Stages the offsets until EndTxn.
 pub fn handle(
     state: &mut ClusterState,
     ctx: &RequestContext,
-    req: TxnOffsetCommitRequest,
+    mut req: TxnOffsetCommitRequest,
     version: i16,
 ) -> Reply {
+    let unknown = if version >= 6 {
+        resolve_topic_ids(state, &mut req)
+    } else {
+        Vec::new()
+    };
+    if req.topics.is_empty() && !unknown.is_empty() {
+        // Nothing left for the coordinator: Kafka answers at once.
+        return Reply::Now(ResponseKind::TxnOffsetCommit(
+            TxnOffsetCommitResponse::default().with_topics(unknown),
+        ));
+    }
     let offsets: Vec<OffsetToCommit> = offsets_to_commit!(req);
     let group = req.group_id.0.to_string();
     let checked = check_coordinator(state, ctx, &group).and_then(|()| {
@@ -88,24 +141,22 @@ pub fn handle(
         }
     };
     let mut codes = codes.into_iter();
-    let topics = req
-        .topics
-        .into_iter()
-        .map(|t| {
-            let partitions = t
-                .partitions
-                .iter()
-                .map(|p| {
-                    TxnOffsetCommitResponsePartition::default()
-                        .with_partition_index(p.partition_index)
-                        .with_error_code(codes.next().unwrap_or_default())
-                })
-                .collect();
-            TxnOffsetCommitResponseTopic::default()
-                .with_name(t.name)
-                .with_partitions(partitions)
-        })
-        .collect();
+    let answered = req.topics.into_iter().map(|t| {
+        let partitions = t
+            .partitions
+            .iter()
+            .map(|p| {
+                TxnOffsetCommitResponsePartition::default()
+                    .with_partition_index(p.partition_index)
+                    .with_error_code(codes.next().unwrap_or_default())
+            })
+            .collect();
+        TxnOffsetCommitResponseTopic::default()
+            .with_name(t.name)
+            .with_topic_id(t.topic_id)
+            .with_partitions(partitions)
+    });
+    let topics = unknown.into_iter().chain(answered).collect();
     Reply::Now(ResponseKind::TxnOffsetCommit(
         TxnOffsetCommitResponse::default().with_topics(topics),
     ))

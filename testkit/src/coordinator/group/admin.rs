@@ -20,11 +20,18 @@ impl GroupCoordinator {
     /// Describes a group as Kafka's `GroupMetadata.summary` does: in Stable
     /// the members carry their metadata for the chosen protocol and their
     /// assignments; in other states they carry neither. An unknown group is
-    /// described as `Dead` with no members.
+    /// described as `Dead` with no members, and from v6 on also answered
+    /// `GROUP_ID_NOT_FOUND` with Kafka's message.
     pub fn describe(&self, group_id: &str, version: i16) -> DescribedGroup {
         let base = DescribedGroup::default().with_group_id(GroupId(s(group_id)));
         let Some(group) = self.groups.get(group_id) else {
-            return base.with_group_state(s(GroupState::Dead.name()));
+            let dead = base.with_group_state(s(GroupState::Dead.name()));
+            return if version >= 6 {
+                dead.with_error_code(ResponseError::GroupIdNotFound.code())
+                    .with_error_message(Some(s(&format!("Group {group_id} not found."))))
+            } else {
+                dead
+            };
         };
         let stable = group.state == GroupState::Stable;
         let protocol = group.protocol_name.as_deref().unwrap_or_default();

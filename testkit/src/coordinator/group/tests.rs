@@ -719,6 +719,15 @@ fn describe_list_and_delete_follow_the_group_state() {
     assert_eq!(d.members.len(), 1);
     assert_eq!(d.members[0].member_assignment.as_ref(), b"a1");
     assert_eq!(h.c.describe("nope", 5).group_state.as_str(), "Dead");
+    assert_eq!(h.c.describe("nope", 5).error_code, 0);
+    let unknown = h.c.describe("nope", 6);
+    assert_eq!(unknown.group_state.as_str(), "Dead");
+    assert_eq!(unknown.error_code, code(ResponseError::GroupIdNotFound));
+    assert_eq!(
+        unknown.error_message.as_deref(),
+        Some("Group nope not found.")
+    );
+    assert_eq!(h.c.describe(G, 6).error_code, 0);
     assert_eq!(h.c.list(&[]).len(), 1);
     assert_eq!(h.c.list(&["Empty".to_owned()]).len(), 0);
     assert_eq!(h.c.delete(G), code(ResponseError::NonEmptyGroup));
