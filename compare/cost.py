@@ -29,7 +29,6 @@ import shutil
 import signal
 import statistics
 import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -37,15 +36,9 @@ import time
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-WORDS = "kafka stream state store commit offset fence zombie rust weir river task".split()
+from common import KS_MAIN, WORDS, Fail, logger, run_main
 
-
-def log(msg):
-    print(f"cost: {msg}", file=sys.stderr, flush=True)
-
-
-class Fail(Exception):
-    pass
+log = logger("cost")
 
 
 def fill(bootstrap, topic, lines, seed):
@@ -119,7 +112,7 @@ def run_once(args, impl, guarantee, number, admin):
     if impl == "weir":
         cmd = [os.path.join(args.weir_bin, "examples", "wordcount")] + flags
     else:
-        cmd = ["java", *args.java_opts.split(), "-cp", args.ks_classpath, "dev.weir.compare.WordCount"] + flags
+        cmd = ["java", *args.java_opts.split(), "-cp", args.ks_classpath, KS_MAIN["wordcount"]] + flags
     counter = Counter(args.bootstrap, counts_t, args.partitions, guarantee == "exactly-once")
     counter.start()
     logf = open(os.path.join(work, "app.log"), "w")
@@ -206,8 +199,4 @@ def main():
 
 
 if __name__ == "__main__":
-    try:
-        sys.exit(main())
-    except Fail as e:
-        log(f"FAIL {e}")
-        sys.exit(1)
+    run_main(main, "cost")

@@ -41,35 +41,21 @@ Weir's does). --ks-protocol streams runs Kafka Streams on KIP-1071
 """
 
 import argparse
-import collections
 import json
 import os
-import random
-import re
 import shutil
 import signal
 import statistics
-import subprocess
-import sys
 import tempfile
 import threading
 import time
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-WORDS = "kafka stream state store commit offset fence zombie rust weir river task".split()
-ANSI = re.compile(r"\x1b\[[0-9;]*m")
-# Weir's instance logs `to=Running`; the Kafka Streams app `state X -> RUNNING`.
-RUNNING = re.compile(r"to=Running|-> RUNNING")
+from common import Fail, Feeder, Instances, logger, run_main
 
-
-def log(msg):
-    print(f"deploy: {msg}", file=sys.stderr, flush=True)
-
-
-class Fail(Exception):
-    pass
+log = logger("deploy")
 
 
 def percentile(values, q):
@@ -115,87 +101,6 @@ class Judge(threading.Thread):
             return list(self.records)
 
 
-class Feeder(threading.Thread):
-    """Writes lines of 1 to 3 words at a steady rate with librdkafka."""
-
-    def __init__(self, bootstrap, topic, rate, seed):
-        super().__init__(daemon=True)
-        self.producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "acks": "all",
-                                  "enable.idempotence": True})
-        self.topic, self.rate = topic, rate
-        self.rng = random.Random(seed)
-        self.words = collections.Counter()
-        self.stop = threading.Event()
-        self.errors = []
-
-    def run(self):
-        interval = 1.0 / self.rate
-        next_at = time.time()
-        while not self.stop.is_set():
-            line = " ".join(self.rng.choice(WORDS) for _ in range(self.rng.randint(1, 3)))
-            self.words.update(line.split())
-            self.producer.produce(self.topic, value=line.encode(),
-                                  on_delivery=lambda err, _m: err and self.errors.append(err))
-            self.producer.poll(0)
-            next_at += interval
-            time.sleep(max(0.0, next_at - time.time()))  # the feeder's pace
-        self.producer.flush(30)
-
-
-class Instances:
-    """The application's processes, for one implementation."""
-
-    def __init__(self, args, impl, work, names):
-        self.args, self.impl, self.work, self.names = args, impl, work, names
-        self.procs = {}
-        self.logs = collections.Counter()
-
-    def command(self, i):
-        a, n = self.args, self.names
-        flags = ["--bootstrap", a.bootstrap, "--application-id", n["app"],
-                 "--state-dir", os.path.join(self.work, f"i{i}"), "--input", n["lines"],
-                 "--output", n["counts"], "--guarantee", a.guarantee, "--threads", str(a.threads),
-                 "--standbys", str(a.standbys), "--instance-id", f"i{i}",
-                 "-X", "commit.interval.ms=100", "-X", "session.timeout.ms=10000"]
-        if self.impl == "weir":
-            return [os.path.join(a.weir_bin, "examples", "wordcount")] + flags
-        extra = ["-X", f"group.protocol={a.ks_protocol}"] if a.ks_protocol != "classic" else []
-        return ["java", *a.java_opts.split(), "-cp", a.ks_classpath,
-                "dev.weir.compare.WordCount"] + flags + extra
-
-    def start(self, i):
-        self.logs[i] += 1
-        path = os.path.join(self.work, f"{self.impl}-i{i}.{self.logs[i]}.log")
-        p = subprocess.Popen(self.command(i), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                             stderr=open(path, "w"), env=dict(os.environ, NO_COLOR="1"))
-        self.procs[i] = (p, path)
-
-    def wait_running(self, i, limit=120.0):
-        p, path = self.procs[i]
-        deadline = time.time() + limit
-        while time.time() < deadline:
-            if p.poll() is not None:
-                raise Fail(f"{self.impl} i{i} exited {p.returncode} while starting (see {path})")
-            with open(path, errors="replace") as f:
-                if RUNNING.search(ANSI.sub("", f.read())):
-                    return
-            time.sleep(0.05)  # poll interval of a bounded wait on another process's log
-        raise Fail(f"{self.impl} i{i} did not reach RUNNING within {limit:.0f} s (see {path})")
-
-    def stop(self, i, sig):
-        p, path = self.procs[i]
-        p.send_signal(sig)
-        rc = p.wait(timeout=120)
-        if sig == signal.SIGTERM and rc != 0:
-            raise Fail(f"{self.impl} i{i} exited {rc} after SIGTERM (see {path})")
-
-    def kill_all(self):
-        for p, _ in self.procs.values():
-            if p.poll() is None:
-                p.kill()
-                p.wait()
-
-
 def run_once(args, impl, number, admin):
     suffix = f"{impl}-{os.getpid()}-{number}-{int(time.time())}"
     names = {"lines": f"deploy-lines-{suffix}", "counts": f"deploy-counts-{suffix}",
@@ -203,7 +108,16 @@ def run_once(args, impl, number, admin):
     for f in admin.create_topics([NewTopic(names[t], args.partitions) for t in ("lines", "counts")]).values():
         f.result()
     work = tempfile.mkdtemp(prefix=f"weir-compare-{impl}.")
-    inst = Instances(args, impl, work, names)
+
+    def flags(i):
+        extra = ["-X", f"group.protocol={args.ks_protocol}"] if impl != "weir" and args.ks_protocol != "classic" else []
+        return ["--bootstrap", args.bootstrap, "--application-id", names["app"],
+                "--state-dir", os.path.join(work, f"i{i}"), "--input", names["lines"],
+                "--output", names["counts"], "--guarantee", args.guarantee, "--threads", str(args.threads),
+                "--standbys", str(args.standbys), "--instance-id", f"i{i}",
+                "-X", "commit.interval.ms=100", "-X", "session.timeout.ms=10000"] + extra
+
+    inst = Instances(args, impl, "wordcount", work, flags)
     judge = Judge(args.bootstrap, names["counts"], args.partitions, args.guarantee == "exactly-once")
     feeder = Feeder(args.bootstrap, names["lines"], args.rate, seed=number)
     events = []
@@ -388,8 +302,4 @@ def main():
 
 
 if __name__ == "__main__":
-    try:
-        sys.exit(main())
-    except Fail as e:
-        log(f"FAIL {e}")
-        sys.exit(1)
+    run_main(main, "deploy")

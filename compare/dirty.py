@@ -36,79 +36,18 @@ import argparse
 import collections
 import json
 import os
-import re
 import shutil
 import signal
-import subprocess
-import sys
 import tempfile
 import time
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-ANSI = re.compile(r"\x1b\[[0-9;]*m")
-RUNNING = re.compile(r"to=Running|-> RUNNING")
+from common import Fail, Instances, logger, run_main
+
 MARKER = "BOOM"
-
-
-def log(msg):
-    print(f"dirty: {msg}", file=sys.stderr, flush=True)
-
-
-class Fail(Exception):
-    pass
-
-
-class App:
-    def __init__(self, args, impl, work, names):
-        self.args, self.impl, self.work, self.names = args, impl, work, names
-        self.procs = {}
-        self.starts = collections.Counter()
-
-    def start(self, i):
-        a, n = self.args, self.names
-        flags = ["--bootstrap", a.bootstrap, "--application-id", n["app"],
-                 "--state-dir", os.path.join(self.work, f"i{i}"), "--input", n["in"], "--output", n["out"],
-                 "--guarantee", "exactly-once", "--threads", "1", "--standbys", "1", "--instance-id", f"i{i}",
-                 "--fail-marker", MARKER, "-X", "commit.interval.ms=100", "-X", "session.timeout.ms=10000"]
-        if self.impl == "weir":
-            cmd = [os.path.join(a.weir_bin, "examples", "dedup")] + flags
-        else:
-            cmd = ["java", *a.java_opts.split(), "-cp", a.ks_classpath, "dev.weir.compare.Dedup"] + flags
-        self.starts[i] += 1
-        path = os.path.join(self.work, f"{self.impl}-i{i}.{self.starts[i]}.log")
-        p = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=open(path, "w"),
-                             env=dict(os.environ, NO_COLOR="1"))
-        self.procs[i] = (p, path)
-
-    def wait_running(self, i, limit=120.0):
-        p, path = self.procs[i]
-        deadline = time.time() + limit
-        while time.time() < deadline:
-            if p.poll() is not None:
-                raise Fail(f"{self.impl} i{i} exited {p.returncode} while starting (see {path})")
-            with open(path, errors="replace") as f:
-                if RUNNING.search(ANSI.sub("", f.read())):
-                    return
-            time.sleep(0.05)  # poll interval of a bounded wait on another process's log
-        raise Fail(f"{self.impl} i{i} did not reach RUNNING within {limit:.0f} s (see {path})")
-
-    def crash(self, i, how):
-        p, _ = self.procs[i]
-        p.send_signal(signal.SIGKILL if how == "kill" else signal.SIGTERM)
-        p.wait(timeout=120)
-
-    def stop_all(self):
-        for p, _ in self.procs.values():
-            if p.poll() is None:
-                p.terminate()
-        for p, _ in self.procs.values():
-            try:
-                p.wait(timeout=70)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
+log = logger("dirty")
 
 
 def send(bootstrap, topic, batch):
@@ -161,7 +100,14 @@ def run_once(args, impl, number, admin):
     for f in admin.create_topics([NewTopic(names[t], args.partitions) for t in ("in", "out")]).values():
         f.result()
     work = tempfile.mkdtemp(prefix=f"weir-dirty-{impl}.")
-    app = App(args, impl, work, names)
+
+    def flags(i):
+        return ["--bootstrap", args.bootstrap, "--application-id", names["app"],
+                "--state-dir", os.path.join(work, f"i{i}"), "--input", names["in"], "--output", names["out"],
+                "--guarantee", "exactly-once", "--threads", "1", "--standbys", "1", "--instance-id", f"i{i}",
+                "--fail-marker", MARKER, "-X", "commit.interval.ms=100", "-X", "session.timeout.ms=10000"]
+
+    app = Instances(args, impl, "dedup", work, flags)
     sent = []
     try:
         for i in range(3):
@@ -172,7 +118,7 @@ def run_once(args, impl, number, admin):
         send(args.bootstrap, names["in"], b1)
         sent += b1
         time.sleep(args.settle)  # batch 1 processed and its changelog on the standbys
-        app.crash(0, args.crash)
+        app.stop(0, signal.SIGKILL if args.crash == "kill" else signal.SIGTERM)
         b2 = batch(2, args.commands, 7, args.fail_every)
         send(args.bootstrap, names["in"], b2)
         sent += b2
@@ -185,7 +131,7 @@ def run_once(args, impl, number, admin):
         sent += b3
         outputs = read_output(args.bootstrap, names["out"], args.partitions, len(sent), args.drain)
     finally:
-        app.stop_all()
+        app.close_all()
         admin.delete_topics([names["in"], names["out"]])
         if os.environ.get("WEIR_KEEP_WORK"):
             log(f"logs kept in {work}")
@@ -251,8 +197,4 @@ def main():
 
 
 if __name__ == "__main__":
-    try:
-        sys.exit(main())
-    except Fail as e:
-        log(f"FAIL {e}")
-        sys.exit(1)
+    run_main(main, "dirty")

@@ -40,26 +40,21 @@ not failed: it is what the comparison shows.
 """
 
 import argparse
-import collections
 import json
 import os
 import random
-import re
 import shutil
 import signal
 import struct
 import subprocess
-import sys
 import tempfile
-import threading
 import time
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-WORDS = "kafka stream state store commit offset fence zombie rust weir river task".split()
-ANSI = re.compile(r"\x1b\[[0-9;]*m")
-RUNNING = re.compile(r"to=Running|-> RUNNING")
+from common import Fail, Feeder, Instances, logger, run_main
+
 SESSION_S = 10
 NET = "10.78.0"
 BRIDGE = "wzbr0"
@@ -67,12 +62,7 @@ BROKER_IPS = [f"{NET}.11", f"{NET}.12", f"{NET}.13"]
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 
 
-def log(msg):
-    print(f"zombies: {msg}", file=sys.stderr, flush=True)
-
-
-class Fail(Exception):
-    pass
+log = logger("zombies")
 
 
 def sh(*cmd, check=True):
@@ -129,31 +119,6 @@ class Network:
             sh("ip", "netns", "del", self.ns(i), check=False)
             sh("ip", "link", "del", f"wzv{i}", check=False)
         sh("ip", "link", "del", BRIDGE, check=False)
-
-
-class Feeder(threading.Thread):
-    def __init__(self, bootstrap, topic, rate, seed):
-        super().__init__(daemon=True)
-        self.producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "acks": "all",
-                                  "enable.idempotence": True})
-        self.topic, self.rate = topic, rate
-        self.rng = random.Random(seed)
-        self.words = collections.Counter()
-        self.stop = threading.Event()
-        self.errors = []
-
-    def run(self):
-        interval = 1.0 / self.rate
-        next_at = time.time()
-        while not self.stop.is_set():
-            line = " ".join(self.rng.choice(WORDS) for _ in range(self.rng.randint(1, 3)))
-            self.words.update(line.split())
-            self.producer.produce(self.topic, value=line.encode(),
-                                  on_delivery=lambda err, _m: err and self.errors.append(err))
-            self.producer.poll(0)
-            next_at += interval
-            time.sleep(max(0.0, next_at - time.time()))  # the feeder's pace
-        self.producer.flush(30)
 
 
 def read_all(bootstrap, topic, group):
@@ -220,57 +185,6 @@ def decimal(raw):
         return None
 
 
-class Instances:
-    def __init__(self, args, impl, work, names, net, bootstrap):
-        self.args, self.impl, self.work, self.names, self.net = args, impl, work, names, net
-        self.bootstrap = bootstrap
-        self.procs = {}
-
-    def start(self, i):
-        a, n = self.args, self.names
-        flags = ["--bootstrap", self.bootstrap, "--application-id", n["app"],
-                 "--state-dir", os.path.join(self.work, f"i{i}"), "--input", n["lines"],
-                 "--output", n["counts"], "--guarantee", "at-least-once", "--threads", str(a.threads),
-                 "--instance-id", f"i{i}", "-X", f"session.timeout.ms={SESSION_S * 1000}",
-                 "-X", "commit.interval.ms=1000"]
-        if self.impl == "weir":
-            cmd = [os.path.join(a.weir_bin, "examples", "wordcount")] + flags
-        else:
-            cmd = ["java", *a.java_opts.split(), "-cp", a.ks_classpath, "dev.weir.compare.WordCount"] + flags
-        path = os.path.join(self.work, f"{self.impl}-i{i}.log")
-        p = subprocess.Popen(["ip", "netns", "exec", self.net.ns(i)] + cmd, stdin=subprocess.DEVNULL,
-                             stdout=subprocess.DEVNULL, stderr=open(path, "w"),
-                             env=dict(os.environ, NO_COLOR="1"))
-        self.procs[i] = (p, path)
-
-    def wait_running(self, i, limit=120.0):
-        p, path = self.procs[i]
-        deadline = time.time() + limit
-        while time.time() < deadline:
-            if p.poll() is not None:
-                raise Fail(f"{self.impl} i{i} exited {p.returncode} while starting (see {path})")
-            with open(path, errors="replace") as f:
-                if RUNNING.search(ANSI.sub("", f.read())):
-                    return
-            time.sleep(0.05)  # poll interval of a bounded wait on another process's log
-        raise Fail(f"{self.impl} i{i} did not reach RUNNING within {limit:.0f} s (see {path})")
-
-    def signal(self, i, sig):
-        self.procs[i][0].send_signal(sig)
-
-    def close_all(self):
-        for p, _ in self.procs.values():
-            if p.poll() is None:
-                p.send_signal(signal.SIGCONT)
-                p.terminate()
-        for p, _ in self.procs.values():
-            try:
-                p.wait(timeout=70)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
-
-
 def coordinator_ip(admin, group):
     """The address of `group`'s coordinator."""
     deadline = time.time() + 60
@@ -292,7 +206,15 @@ def run_once(args, impl, number, bootstrap, net):
     for f in admin.create_topics([NewTopic(names[t], args.partitions) for t in ("lines", "counts")]).values():
         f.result()
     work = tempfile.mkdtemp(prefix=f"weir-zombies-{impl}.")
-    inst = Instances(args, impl, work, names, net, bootstrap)
+
+    def flags(i):
+        return ["--bootstrap", bootstrap, "--application-id", names["app"],
+                "--state-dir", os.path.join(work, f"i{i}"), "--input", names["lines"],
+                "--output", names["counts"], "--guarantee", "at-least-once", "--threads", str(args.threads),
+                "--instance-id", f"i{i}", "-X", f"session.timeout.ms={SESSION_S * 1000}",
+                "-X", "commit.interval.ms=1000"]
+
+    inst = Instances(args, impl, "wordcount", work, flags, prefix=lambda i: ["ip", "netns", "exec", net.ns(i)])
     feeder = Feeder(bootstrap, names["lines"], args.rate, seed=number)
     rng = random.Random(number)
     outages = []
@@ -415,8 +337,4 @@ def main():
 
 
 if __name__ == "__main__":
-    try:
-        sys.exit(main())
-    except Fail as e:
-        log(f"FAIL {e}")
-        sys.exit(1)
+    run_main(main, "zombies")
