@@ -5,7 +5,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::io::{BufRead, BufReader, Read};
-use std::process::{Child, Command, ExitStatus, Output, Stdio};
+use std::process::{Command, ExitStatus, Output, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
@@ -17,7 +17,9 @@ use weir_testkit::Cluster;
 
 /// How long one run may take before it counts as hung (it then fails the
 /// test: a consumer waiting for records that were committed unseen).
-const RUN_TIMEOUT: Duration = Duration::from_secs(60);
+mod support;
+
+use support::{RUN_TIMEOUT, wait_bounded};
 
 /// A cluster with `topic` (one partition) holding `values`, in order.
 async fn cluster_with(topic: &str, values: &[&str]) -> Cluster {
@@ -38,43 +40,9 @@ async fn cluster_with(topic: &str, values: &[&str]) -> Cluster {
     cluster
 }
 
-/// Runs `weir args…` to its end (off the runtime, so the cluster keeps
-/// serving), killing it if it runs longer than [`RUN_TIMEOUT`].
+/// Runs `weir args…`, bounded ([`support::weir`]).
 async fn weir(args: Vec<String>) -> Output {
-    tokio::task::spawn_blocking(move || {
-        let child = Command::new(env!("CARGO_BIN_EXE_weir"))
-            .args(&args)
-            .env_remove("KAFKA_BOOTSTRAP")
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        wait_bounded(child, &args.join(" "))
-    })
-    .await
-    .unwrap()
-}
-
-fn wait_bounded(child: Child, what: &str) -> Output {
-    let pid = child.id();
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        let _ = tx.send(child.wait_with_output());
-    });
-    match rx.recv_timeout(RUN_TIMEOUT) {
-        Ok(output) => output.unwrap(),
-        Err(_) => {
-            let _ = Command::new("kill")
-                .args(["-KILL", &pid.to_string()])
-                .status();
-            let output = rx.recv().unwrap().unwrap();
-            panic!(
-                "weir {what}: still running after {RUN_TIMEOUT:?}; killed. stdout: {:?}",
-                String::from_utf8_lossy(&output.stdout)
-            );
-        }
-    }
+    support::weir(args, None).await
 }
 
 fn strings(parts: &[&str]) -> Vec<String> {

@@ -6,43 +6,15 @@
 
 use std::io::{Read, Write};
 use std::net::TcpListener;
-use std::process::{Command, Output, Stdio};
-use std::sync::mpsc;
-use std::time::Duration;
+use std::process::Output;
 
 use weir_testkit::Cluster;
 
-const RUN_TIMEOUT: Duration = Duration::from_secs(60);
+mod support;
 
-/// Runs `weir args…` off the runtime, killing it after [`RUN_TIMEOUT`].
+/// Runs `weir args…`, bounded ([`support::weir`]).
 async fn weir(args: &[&str]) -> Output {
-    let args: Vec<String> = args.iter().map(|a| (*a).to_owned()).collect();
-    tokio::task::spawn_blocking(move || {
-        let child = Command::new(env!("CARGO_BIN_EXE_weir"))
-            .args(&args)
-            .env_remove("KAFKA_BOOTSTRAP")
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let pid = child.id();
-        let (tx, rx) = mpsc::channel();
-        std::thread::spawn(move || {
-            let _ = tx.send(child.wait_with_output());
-        });
-        match rx.recv_timeout(RUN_TIMEOUT) {
-            Ok(output) => output.unwrap(),
-            Err(_) => {
-                let _ = Command::new("kill")
-                    .args(["-KILL", &pid.to_string()])
-                    .status();
-                panic!("weir {args:?}: still running after {RUN_TIMEOUT:?}; killed");
-            }
-        }
-    })
-    .await
-    .unwrap()
+    support::weir(args.iter().map(|a| (*a).to_owned()).collect(), None).await
 }
 
 /// The one `weir: error:` line of a run that failed with exit status 1

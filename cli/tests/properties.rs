@@ -5,53 +5,17 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use std::io::Write;
-use std::process::{Command, Output, Stdio};
-use std::sync::mpsc;
-use std::time::Duration;
+use std::process::Output;
 
 use weir_testkit::Cluster;
 
-const RUN_TIMEOUT: Duration = Duration::from_secs(60);
+mod support;
 
-/// Runs `weir args…` with `stdin` (off the runtime, so the cluster keeps
-/// serving), killing it if it runs longer than [`RUN_TIMEOUT`].
+/// Runs `weir -b BOOTSTRAP args…` with `stdin`, bounded ([`support::weir`]).
 async fn weir(bootstrap: &str, args: &[&str], stdin: &str) -> Output {
     let mut all: Vec<String> = vec!["-b".into(), bootstrap.into()];
     all.extend(args.iter().map(|a| (*a).to_owned()));
-    let stdin = stdin.to_owned();
-    tokio::task::spawn_blocking(move || {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_weir"))
-            .args(&all)
-            .env_remove("KAFKA_BOOTSTRAP")
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        child
-            .stdin
-            .take()
-            .unwrap()
-            .write_all(stdin.as_bytes())
-            .unwrap();
-        let pid = child.id();
-        let (tx, rx) = mpsc::channel();
-        std::thread::spawn(move || {
-            let _ = tx.send(child.wait_with_output());
-        });
-        match rx.recv_timeout(RUN_TIMEOUT) {
-            Ok(output) => output.unwrap(),
-            Err(_) => {
-                let _ = Command::new("kill")
-                    .args(["-KILL", &pid.to_string()])
-                    .status();
-                panic!("weir {all:?}: still running after {RUN_TIMEOUT:?}; killed");
-            }
-        }
-    })
-    .await
-    .unwrap()
+    support::weir(all, Some(stdin.to_owned())).await
 }
 
 fn succeeded(out: &Output, what: &str) -> String {
