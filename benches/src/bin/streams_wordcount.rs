@@ -200,7 +200,15 @@ async fn main() -> Result<(), BoxError> {
     // `WEIR_BENCH_KINDS=alos,eos` runs only those kinds (for a profile of
     // one); the ratios then print as NaN.
     let only = std::env::var("WEIR_BENCH_KINDS").unwrap_or_default();
-    let kit = Cluster::builder().brokers(1).build().await?;
+    // Kafka's transaction timing (markers 20 ms after EndTxn, the abort
+    // scan), but no initial rebalance delay: its 3 s, a fixed cost of any new
+    // group (Kafka Streams' too), would otherwise be most of each run.
+    // `WEIR_BENCH_JOIN_DELAY=1` keeps it.
+    let mut builder = Cluster::builder().brokers(1);
+    if std::env::var("WEIR_BENCH_JOIN_DELAY").as_deref() != Ok("1") {
+        builder = builder.group_initial_rebalance_delay(std::time::Duration::ZERO);
+    }
+    let kit = builder.build().await?;
     let bootstrap = kit.bootstrap();
     let none: [(&str, &str); 0] = [];
     kit.create_topic(INPUT, PARTITIONS, none).await?;
