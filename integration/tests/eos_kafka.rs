@@ -355,6 +355,10 @@ async fn exactly_once_holds_on_kafka_by_kafkas_own_logs() {
     let Some(bootstrap) = bootstrap_or_skip("eos_kafka") else {
         return;
     };
+    if std::env::var("WEIR_BROKER_KIND").as_deref() == Ok("tansu") {
+        println!("skipped: eos_kafka: tansu hands aborted records to read_committed readers");
+        return;
+    }
     let logs = match KafkaLogs::from_env().unwrap() {
         Some(logs) => Some(logs),
         None if std::env::var("WEIR_EXPECT_KAFKA_LOGS").as_deref() == Ok("1") => {
