@@ -6,7 +6,9 @@ same command line, so a scenario builds the flags once and `Instances` runs
 them as one implementation or the other.
 """
 
+import argparse
 import collections
+import json
 import os
 import random
 import re
@@ -17,6 +19,7 @@ import threading
 import time
 
 from confluent_kafka import Producer
+from confluent_kafka.admin import NewTopic
 
 WORDS = "kafka stream state store commit offset fence zombie rust weir river task".split()
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
@@ -29,6 +32,46 @@ KS_MAIN = {"wordcount": "dev.weir.compare.WordCount", "dedup": "dev.weir.compare
 
 class Fail(Exception):
     """A run that could not finish: one line, exit status 1."""
+
+
+def parser(doc, bootstrap=True, java_opts="-Xmx256m -XX:+UseG1GC"):
+    """The flags every scenario takes; the scenario adds its own."""
+    ap = argparse.ArgumentParser(description=doc.split("\n")[0])
+    if bootstrap:
+        ap.add_argument("--bootstrap", required=True)
+    ap.add_argument("--weir-bin", help="cargo's target/<profile> holding examples/")
+    ap.add_argument("--ks-classpath", help="classpath of compare/kafka-streams (its build.sh prints it)")
+    ap.add_argument("--impls", default="weir,kafka-streams")
+    ap.add_argument("--runs", type=int, default=1, help="rounds; each runs every implementation once")
+    ap.add_argument("--java-opts", default=java_opts)
+    ap.add_argument("--json", help="write every run here")
+    return ap
+
+
+def implementations(args, app):
+    """The --impls list, checked: Weir's needs its example `app` built, Kafka
+    Streams' its classpath."""
+    impls = [i.strip() for i in args.impls.split(",") if i.strip()]
+    for impl in impls:
+        if impl not in ("weir", "kafka-streams"):
+            raise Fail(f"unknown implementation {impl!r} (weir, kafka-streams)")
+    if "weir" in impls and not (args.weir_bin and os.access(
+            os.path.join(args.weir_bin, "examples", app), os.X_OK)):
+        raise Fail(f"--weir-bin DIR must hold examples/{app} (cargo build -p weir-streams --examples)")
+    if "kafka-streams" in impls and not args.ks_classpath:
+        raise Fail("--ks-classpath is needed for kafka-streams (compare/kafka-streams/build.sh prints it)")
+    return impls
+
+
+def create_topics(admin, topics, partitions):
+    for f in admin.create_topics([NewTopic(t, partitions) for t in topics]).values():
+        f.result()
+
+
+def write_json(args, results):
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"args": vars(args), "runs": results}, f)
 
 
 def logger(prefix):

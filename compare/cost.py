@@ -22,7 +22,6 @@ defaults otherwise (compare/kafka-streams/README.md: no record cache; the
 JVM gets --java-opts).
 """
 
-import argparse
 import os
 import random
 import shutil
@@ -34,9 +33,9 @@ import threading
 import time
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient
 
-from common import KS_MAIN, WORDS, Fail, logger, run_main
+from common import Fail, KS_MAIN, WORDS, create_topics, implementations, logger, parser, run_main, write_json
 
 log = logger("cost")
 
@@ -102,8 +101,7 @@ def cpu_and_rss(pid):
 def run_once(args, impl, guarantee, number, admin):
     suffix = f"{impl}-{guarantee}-{os.getpid()}-{number}-{int(time.time())}"
     lines_t, counts_t, app = f"cost-lines-{suffix}", f"cost-counts-{suffix}", f"cost-wc-{suffix}"
-    for f in admin.create_topics([NewTopic(t, args.partitions) for t in (lines_t, counts_t)]).values():
-        f.result()
+    create_topics(admin, [lines_t, counts_t], args.partitions)
     words = fill(args.bootstrap, lines_t, args.lines, seed=number)
     work = tempfile.mkdtemp(prefix=f"weir-cost-{impl}.")
     flags = ["--bootstrap", args.bootstrap, "--application-id", app, "--state-dir", os.path.join(work, "state"),
@@ -148,20 +146,14 @@ def run_once(args, impl, guarantee, number, admin):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--bootstrap", required=True)
-    ap.add_argument("--weir-bin")
-    ap.add_argument("--ks-classpath")
-    ap.add_argument("--impls", default="weir,kafka-streams")
+    ap = parser(__doc__, java_opts="-Xmx1g -XX:+UseG1GC")
     ap.add_argument("--guarantees", default="exactly-once,at-least-once")
     ap.add_argument("--lines", type=int, default=500_000)
-    ap.add_argument("--runs", type=int, default=1)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--partitions", type=int, default=6)
     ap.add_argument("--limit", type=float, default=900.0, help="seconds a run may take")
-    ap.add_argument("--java-opts", default="-Xmx1g -XX:+UseG1GC")
     args = ap.parse_args()
-    impls = [i for i in args.impls.split(",") if i]
+    impls = implementations(args, "wordcount")
     admin = AdminClient({"bootstrap.servers": args.bootstrap})
     results = []
     for guarantee in [g for g in args.guarantees.split(",") if g]:
@@ -195,6 +187,7 @@ def main():
             print(f"| Weir / Kafka Streams, {guarantee} | {w['records_per_s'] / k['records_per_s']:.2f} | "
                   f"{w['cpu_us_per_record'] / k['cpu_us_per_record']:.2f} | "
                   f"{w['peak_rss_mib'] / k['peak_rss_mib']:.2f} |")
+    write_json(args, results)
     return 0
 
 

@@ -40,8 +40,6 @@ Weir's does). --ks-protocol streams runs Kafka Streams on KIP-1071
 (group.protocol=streams).
 """
 
-import argparse
-import json
 import os
 import shutil
 import signal
@@ -51,9 +49,9 @@ import threading
 import time
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient
 
-from common import Fail, Feeder, Instances, logger, run_main
+from common import Fail, Feeder, Instances, create_topics, implementations, logger, parser, run_main, write_json
 
 log = logger("deploy")
 
@@ -105,8 +103,7 @@ def run_once(args, impl, number, admin):
     suffix = f"{impl}-{os.getpid()}-{number}-{int(time.time())}"
     names = {"lines": f"deploy-lines-{suffix}", "counts": f"deploy-counts-{suffix}",
              "app": f"deploy-wc-{suffix}"}
-    for f in admin.create_topics([NewTopic(names[t], args.partitions) for t in ("lines", "counts")]).values():
-        f.result()
+    create_topics(admin, [names["lines"], names["counts"]], args.partitions)
     work = tempfile.mkdtemp(prefix=f"weir-compare-{impl}.")
 
     def flags(i):
@@ -232,12 +229,7 @@ def chart(results, path):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--bootstrap", required=True)
-    ap.add_argument("--weir-bin", help="cargo's target/<profile> with examples/wordcount")
-    ap.add_argument("--ks-classpath", help="classpath of compare/kafka-streams (its build.sh prints it)")
-    ap.add_argument("--impls", default="weir,kafka-streams")
-    ap.add_argument("--runs", type=int, default=1, help="rounds; each runs every implementation once")
+    ap = parser(__doc__)
     ap.add_argument("--strategy", choices=["keep-state", "empty-state", "kill-all"], default="keep-state")
     ap.add_argument("--guarantee", choices=["exactly-once", "at-least-once"], default="exactly-once")
     ap.add_argument("--instances", type=int, default=3)
@@ -249,20 +241,9 @@ def main():
     ap.add_argument("--settle", type=float, default=5.0)
     ap.add_argument("--after", type=float, default=10.0)
     ap.add_argument("--ks-protocol", choices=["classic", "streams"], default="classic")
-    ap.add_argument("--java-opts", default="-Xmx256m -XX:+UseG1GC")
-    ap.add_argument("--json", help="write every run here")
     ap.add_argument("--chart", help="PNG of each implementation's first run")
     args = ap.parse_args()
-    impls = [i.strip() for i in args.impls.split(",") if i.strip()]
-    for impl in impls:
-        if impl not in ("weir", "kafka-streams"):
-            raise Fail(f"unknown implementation {impl!r} (weir, kafka-streams)")
-    if "weir" in impls and not (args.weir_bin and os.access(
-            os.path.join(args.weir_bin, "examples", "wordcount"), os.X_OK)):
-        raise Fail("--weir-bin DIR must hold examples/wordcount (cargo build -p weir-streams --examples)")
-    if "kafka-streams" in impls and not args.ks_classpath:
-        raise Fail("--ks-classpath is needed for kafka-streams (compare/kafka-streams/build.sh prints it)")
-
+    impls = implementations(args, "wordcount")
     admin = AdminClient({"bootstrap.servers": args.bootstrap})
     results = []
     for number in range(args.runs):
@@ -293,9 +274,7 @@ def main():
         w, k = medians["weir"], medians["kafka-streams"]
         print(f"| Weir / Kafka Streams | | {w['p50'] / k['p50']:.2f} | {w['p99'] / k['p99']:.2f} | "
               f"{w['max'] / k['max']:.2f} | |")
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"args": vars(args), "runs": results}, f)
+    write_json(args, results)
     if args.chart:
         chart(results, args.chart)
     return 0 if all(r["ok"] for r in results) else 1

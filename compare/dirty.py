@@ -32,9 +32,7 @@ the verdicts were exact. Exit status 1 if a Weir run was not exact or a run
 could not finish.
 """
 
-import argparse
 import collections
-import json
 import os
 import shutil
 import signal
@@ -42,9 +40,9 @@ import tempfile
 import time
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient
 
-from common import Fail, Instances, logger, run_main
+from common import Fail, Instances, create_topics, implementations, logger, parser, run_main, write_json
 
 MARKER = "BOOM"
 log = logger("dirty")
@@ -97,8 +95,7 @@ def read_output(bootstrap, topic, partitions, expected, limit):
 def run_once(args, impl, number, admin):
     suffix = f"{impl}-{os.getpid()}-{number}-{int(time.time())}"
     names = {"in": f"dirty-in-{suffix}", "out": f"dirty-out-{suffix}", "app": f"dirty-{suffix}"}
-    for f in admin.create_topics([NewTopic(names[t], args.partitions) for t in ("in", "out")]).values():
-        f.result()
+    create_topics(admin, [names["in"], names["out"]], args.partitions)
     work = tempfile.mkdtemp(prefix=f"weir-dirty-{impl}.")
 
     def flags(i):
@@ -152,12 +149,7 @@ def run_once(args, impl, number, admin):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--bootstrap", required=True)
-    ap.add_argument("--weir-bin")
-    ap.add_argument("--ks-classpath")
-    ap.add_argument("--impls", default="weir,kafka-streams")
-    ap.add_argument("--runs", type=int, default=1)
+    ap = parser(__doc__)
     ap.add_argument("--crash", choices=["kill", "term"], default="kill")
     ap.add_argument("--commands", type=int, default=60, help="unique commands per batch")
     ap.add_argument("--fail-every", type=int, default=30,
@@ -166,10 +158,8 @@ def main():
     ap.add_argument("--partitions", type=int, default=3)
     ap.add_argument("--settle", type=float, default=8.0)
     ap.add_argument("--drain", type=float, default=180.0)
-    ap.add_argument("--java-opts", default="-Xmx256m -XX:+UseG1GC")
-    ap.add_argument("--json")
     args = ap.parse_args()
-    impls = [i for i in args.impls.split(",") if i]
+    impls = implementations(args, "dedup")
     admin = AdminClient({"bootstrap.servers": args.bootstrap})
     results = []
     for number in range(1, args.runs + 1):
@@ -190,9 +180,7 @@ def main():
     for impl in impls:
         rs = [r for r in results if r["impl"] == impl]
         print(f"| {impl} | {len(rs)} | {sum(r['exact'] for r in rs)} |")
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"args": vars(args), "runs": results}, f)
+    write_json(args, results)
     return 1 if any(not r["exact"] for r in results if r["impl"] == "weir") else 0
 
 

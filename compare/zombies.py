@@ -39,8 +39,6 @@ corrupted or any run could not finish. Kafka Streams' corruption is reported,
 not failed: it is what the comparison shows.
 """
 
-import argparse
-import json
 import os
 import random
 import shutil
@@ -51,9 +49,9 @@ import tempfile
 import time
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient
 
-from common import Fail, Feeder, Instances, logger, run_main
+from common import Fail, Feeder, Instances, create_topics, implementations, logger, parser, run_main, write_json
 
 SESSION_S = 10
 NET = "10.78.0"
@@ -203,8 +201,7 @@ def run_once(args, impl, number, bootstrap, net):
     suffix = f"{impl}-{os.getpid()}-{number}-{int(time.time())}"
     names = {"lines": f"zombie-lines-{suffix}", "counts": f"zombie-counts-{suffix}", "app": f"zombie-wc-{suffix}"}
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    for f in admin.create_topics([NewTopic(names[t], args.partitions) for t in ("lines", "counts")]).values():
-        f.result()
+    create_topics(admin, [names["lines"], names["counts"]], args.partitions)
     work = tempfile.mkdtemp(prefix=f"weir-zombies-{impl}.")
 
     def flags(i):
@@ -274,11 +271,7 @@ def run_once(args, impl, number, bootstrap, net):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--weir-bin")
-    ap.add_argument("--ks-classpath")
-    ap.add_argument("--impls", default="weir,kafka-streams")
-    ap.add_argument("--runs", type=int, default=1)
+    ap = parser(__doc__, bootstrap=False)
     ap.add_argument("--fault", choices=["cut", "stop"], default="cut")
     ap.add_argument("--instances", type=int, default=2)
     ap.add_argument("--threads", type=int, default=3)
@@ -289,12 +282,10 @@ def main():
     ap.add_argument("--gap", type=float, default=10.0)
     ap.add_argument("--baseline", type=float, default=5.0)
     ap.add_argument("--drain", type=float, default=90.0)
-    ap.add_argument("--java-opts", default="-Xmx256m -XX:+UseG1GC")
-    ap.add_argument("--json")
     args = ap.parse_args()
     if os.geteuid() != 0:
         raise Fail("needs root: every instance runs in a network namespace of its own")
-    impls = [i.strip() for i in args.impls.split(",") if i.strip()]
+    impls = implementations(args, "wordcount")
     net = Network(args.instances)
     run_dir = tempfile.mkdtemp(prefix="zombies-kafka.", dir=os.path.join(REPO, ".weir-kafka"))
     env = dict(os.environ, WEIR_KAFKA_RUN_DIR=run_dir)
@@ -330,9 +321,7 @@ def main():
     for impl in impls:
         rs = [r for r in results if r["impl"] == impl]
         print(f"| {impl} | {len(rs)} | {sum(r['corrupted'] for r in rs)} |")
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"args": vars(args), "runs": results}, f)
+    write_json(args, results)
     return 1 if any(r["corrupted"] for r in results if r["impl"] == "weir") else 0
 
 
